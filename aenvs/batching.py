@@ -1,0 +1,237 @@
+"""Batches in and out of the buffers: actions from TensorDicts, results into TensorDicts.
+
+This is the only module that stacks. A dense pool (every env with one layout)
+builds one TensorDict per batch with one indexing operation per leaf; a lazy pool
+builds one TensorDict per env and stacks them lazily (tensordict's
+``LazyStackedTensorDict``), so envs with different keys or shapes share a pool.
+Entries without a fixed shape (infos, strings) are stacked per key, densely when
+they agree and lazily when they do not; none is dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import (
+    NonTensorData,
+    NonTensorStack,
+    TensorDict,
+    TensorDictBase,
+    lazy_stack,
+    maybe_dense_stack,
+)
+
+from aenvs.buffers import Buffers
+from aenvs.commands import Completion
+from aenvs.specs import EnvSpec, Key, Leaf
+
+__all__ = ["Batcher", "to_td_value"]
+
+Inputs = tuple[TensorDictBase, int]  # the batch an env's command came in, and its row there
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.from_numpy(np.empty(0, dtype)).dtype
+
+
+def _name(key: Key) -> str:
+    return ".".join(key)
+
+
+def to_td_value(value: Any) -> Any:
+    """Numbers and numeric arrays become tensors, mappings nested dicts, anything else non-tensor data."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, bool | int | float | np.number | np.bool_):
+        return torch.tensor(value)
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return torch.from_numpy(np.array(value))
+    if isinstance(value, Mapping):
+        return {str(k): to_td_value(v) for k, v in value.items()}
+    return NonTensorData(value)
+
+
+def _nest(extras: Mapping[Key, Any]) -> dict[str, Any]:
+    nested: dict[str, Any] = {}
+    for key, value in extras.items():
+        node = nested
+        for part in key[:-1]:
+            node = node.setdefault(part, {})
+        node[key[-1]] = value
+    return nested
+
+
+_MISSING = object()
+
+
+def _stack_values(values: Sequence[Any]) -> Any:
+    """Stack one entry across envs (``_MISSING`` where an env lacks it), losing nothing."""
+    if all(isinstance(v, Mapping) or v is _MISSING for v in values):
+        tds = [TensorDict(to_td_value(v) if v is not _MISSING else {}, batch_size=[]) for v in values]
+        try:
+            return maybe_dense_stack(tds)
+        except (RuntimeError, ValueError, TypeError):
+            return lazy_stack(tds)
+    converted = [to_td_value(v) for v in values if v is not _MISSING]
+    if len(converted) == len(values) and all(isinstance(v, torch.Tensor) for v in converted):
+        first = converted[0]
+        if all(v.shape == first.shape and v.dtype == first.dtype for v in converted):
+            return torch.stack(converted)
+    return NonTensorStack.from_list([None if v is _MISSING else v for v in values])
+
+
+def _stack_extras(td: TensorDictBase, extras: Sequence[Mapping[Key, Any] | None]) -> None:
+    """Set every extra entry of a batch into ``td`` (batch [len(extras)]), stacked per key."""
+    nested = [_nest(e) if e else {} for e in extras]
+    for key in sorted({k for n in nested for k in n}):
+        td.set(key, _stack_values([n.get(key, _MISSING) for n in nested]))
+
+
+class Batcher:
+    """Moves batches between TensorDicts and a pool's buffers.
+
+    Args:
+        specs: one per env.
+        buffers: the pool's buffers (numpy; viewed here as tensors, no copy).
+        dense: stack every batch densely (requires one layout for every env).
+    """
+
+    def __init__(self, specs: Sequence[EnvSpec], buffers: Buffers, dense: bool) -> None:
+        self.specs = specs
+        self.dense = dense
+        self._location = buffers.location
+        self._groups = [
+            (
+                {k: torch.from_numpy(v) for k, v in g.reset.items()},
+                {k: torch.from_numpy(v) for k, v in g.step.items()},
+                {k: torch.from_numpy(v) for k, v in g.action.items()},
+            )
+            for g in buffers.groups
+        ]
+        self._action_dtypes = [{leaf.key: _torch_dtype(leaf.dtype) for leaf in s.action_leaves} for s in specs]
+        self._all_rows = list(range(len(specs)))
+
+    # -- actions in ---------------------------------------------------------------
+
+    def check_actions(self, td: TensorDictBase, env_indices: Sequence[int]) -> None:
+        """Raise ValueError naming the env and the key if ``td`` does not fit the action spaces."""
+        if self.dense:
+            self._check_leaves(td, env_indices[0], self.specs[0].action_leaves, self._action_dtypes[0], 1,
+                               others=len(env_indices) - 1)
+            return
+        for row, i in enumerate(env_indices):
+            self._check_leaves(td[row], i, self.specs[i].action_leaves, self._action_dtypes[i], 0)
+
+    def _check_leaves(
+        self,
+        td: TensorDictBase,
+        env_index: int,
+        leaves: Sequence[Leaf],
+        dtypes: Mapping[Key, torch.dtype],
+        batch_dims: int,
+        others: int = 0,
+    ) -> None:
+        who = f"env {env_index}" + (f" (and {others} more)" if others else "")
+        space = self.specs[env_index].action_space
+        for leaf in leaves:
+            value = td.get(leaf.key, None)
+            if value is None:
+                raise ValueError(f"{who}: the input has no {_name(leaf.key)!r} entry; its action space is {space}")
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"{who}: {_name(leaf.key)!r} must be a tensor, got {type(value).__name__}")
+            shape = tuple(value.shape[batch_dims:])
+            if shape != leaf.shape:
+                raise ValueError(
+                    f"{who}: {_name(leaf.key)!r} has shape {shape} per env, expected {leaf.shape} "
+                    f"for the action space {space}"
+                )
+            if value.dtype != dtypes[leaf.key]:
+                raise ValueError(
+                    f"{who}: {_name(leaf.key)!r} has dtype {value.dtype}, expected {dtypes[leaf.key]} "
+                    f"for the action space {space}"
+                )
+
+    def write_actions(self, td: TensorDictBase, env_indices: Sequence[int]) -> None:
+        """Copy the (checked) actions of ``td`` into the envs' action rows."""
+        if self.dense:
+            actions = self._groups[0][2]
+            whole = list(env_indices) == self._all_rows
+            index = None if whole else torch.as_tensor(env_indices)
+            for key, buf in actions.items():
+                value = td.get(key)
+                if whole:
+                    buf.copy_(value)
+                else:
+                    buf[index] = value
+            return
+        for row, i in enumerate(env_indices):
+            group, slot = self._location[i]
+            env_td = td[row]
+            for key, buf in self._groups[group][2].items():
+                buf[slot] = env_td.get(key)
+
+    # -- results out --------------------------------------------------------------
+
+    def _rows(self, env_indices: Sequence[int], which: int) -> TensorDictBase:
+        """The fixed-shape results of ``env_indices``: 0 for reset, 1 for step buffers."""
+        if self.dense:
+            buffers = self._groups[0][which]
+            if list(env_indices) == self._all_rows:
+                source = {k: b.clone() for k, b in buffers.items()}
+            else:
+                index = torch.as_tensor(env_indices)
+                source = {k: b[index] for k, b in buffers.items()}
+            return TensorDict(source, batch_size=[len(env_indices)])
+        per_env = []
+        for i in env_indices:
+            group, row = self._location[i]
+            per_env.append(TensorDict({k: b[row].clone() for k, b in self._groups[group][which].items()}, []))
+        return lazy_stack(per_env)
+
+    def _with_extras(self, td: TensorDictBase, extras: Sequence[Mapping[Key, Any] | None]) -> TensorDictBase:
+        if not any(extras):
+            return td
+        if self.dense:
+            _stack_extras(td, extras)
+            return td
+        for env_td, env_extras in zip(td.tensordicts, extras, strict=True):
+            if env_extras:
+                env_td.update({k: to_td_value(v) for k, v in _nest(env_extras).items()})
+        return td
+
+    def _inputs(self, inputs: Sequence[Inputs]) -> TensorDictBase:
+        first = inputs[0][0]
+        if all(td is first for td, _ in inputs):
+            rows = [row for _, row in inputs]
+            if rows == list(range(first.batch_size[0])):
+                return first.copy()
+            return first[torch.as_tensor(rows)]
+        parts = [td[row] for td, row in inputs]
+        return maybe_dense_stack(parts) if self.dense else lazy_stack(parts)
+
+    def reset_batch(self, completions: Sequence[Completion]) -> TensorDictBase:
+        indices = [c.env_index for c in completions]
+        td = self._with_extras(self._rows(indices, 0), [c.extras for c in completions])
+        td.set("env_index", torch.as_tensor(indices))
+        return td
+
+    def step_batch(self, completions: Sequence[Completion], inputs: Sequence[Inputs]) -> TensorDictBase:
+        indices = [c.env_index for c in completions]
+        out = self._inputs(inputs)
+        if not self.dense and not hasattr(out, "tensordicts"):
+            out = lazy_stack(list(out.unbind(0)))
+        nxt = self._with_extras(self._rows(indices, 1), [c.extras for c in completions])
+        out.set("next", nxt)
+        out.set("env_index", torch.as_tensor(indices))
+        return out
+
+    def step_and_reset_batch(
+        self, completions: Sequence[Completion], inputs: Sequence[Inputs]
+    ) -> tuple[TensorDictBase, TensorDictBase]:
+        out = self.step_batch(completions, inputs)
+        nxt = self._with_extras(self._rows(out["env_index"].tolist(), 0), [c.reset_extras for c in completions])
+        nxt.set("env_index", out["env_index"].clone())
+        return out, nxt

@@ -1,0 +1,81 @@
+"""What the pool sends to executors, and what comes back: plain picklable records."""
+
+from __future__ import annotations
+
+import enum
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Command", "CommandKind", "Completion", "RemoteError"]
+
+
+class CommandKind(enum.Enum):
+    RESET = "reset"
+    STEP = "step"
+    STEP_AND_RESET = "step_and_maybe_reset"
+    SEED = "seed"
+    CALL = "call"
+    GET_ATTR = "get_attr"
+    SET_ATTR = "set_attr"
+
+    @property
+    def is_transition(self) -> bool:
+        """Whether results of this kind are collected with a ``recv`` (and stacked)."""
+        return self in (CommandKind.RESET, CommandKind.STEP, CommandKind.STEP_AND_RESET)
+
+
+@dataclass(slots=True)
+class Command:
+    """One command for a set of envs; an executor splits it by worker.
+
+    ``seeds`` (reset, seed) maps env index to seed; ``name``/``args``/``kwargs``
+    describe call, get_attr and set_attr.
+    """
+
+    kind: CommandKind
+    env_indices: list[int]
+    seeds: dict[int, int | None] | None = None
+    options: dict[str, Any] | None = None
+    name: str = ""
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def label(self) -> str:
+        return f"{self.kind.value}:{self.name}" if self.name else self.kind.value
+
+    def subset(self, env_indices: list[int]) -> Command:
+        seeds = {i: self.seeds[i] for i in env_indices} if self.seeds is not None else None
+        return Command(self.kind, env_indices, seeds, self.options, self.name, self.args, self.kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteError:
+    """An exception captured where it was raised, reduced to what survives any transport."""
+
+    exc_type: str
+    traceback: str
+
+    @classmethod
+    def capture(cls, exc: BaseException) -> RemoteError:
+        kind = type(exc)
+        return cls(f"{kind.__module__}.{kind.__qualname__}", "".join(traceback.format_exception(exc)))
+
+
+@dataclass(slots=True)
+class Completion:
+    """One env's answer to a command.
+
+    ``extras`` holds the entries that have no fixed-shape buffer (non-tensor data,
+    ``("info",)``); ``reset_extras`` the same for the reset half of a step-and-reset.
+    ``done`` says the step ended an episode, ``was_reset`` that the worker reset the env.
+    """
+
+    env_index: int
+    kind: CommandKind
+    error: RemoteError | None = None
+    extras: dict[tuple[str, ...], Any] | None = None
+    reset_extras: dict[tuple[str, ...], Any] | None = None
+    done: bool = False
+    was_reset: bool = False
+    value: Any = None

@@ -1,0 +1,93 @@
+"""The native env interface (TensorDicts in and out, sync or async) and its context."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from gymnasium import spaces
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+    from tensordict import TensorDictBase
+
+__all__ = ["Env", "EnvContext", "EnvState"]
+
+
+@dataclass(frozen=True, slots=True)
+class EnvContext:
+    """Where an env lives in its pool; given to env factories that take an argument.
+
+    Example:
+        >>> def make_env(ctx: EnvContext):
+        ...     return MyEnv(level=ctx.env_index % 3, seed=ctx.seed)
+    """
+
+    env_index: int
+    worker_index: int
+    num_envs: int
+    seed: int | None = None
+
+
+class EnvState(enum.Enum):
+    """Where an env slot of a pool stands.
+
+    VOID: no env (not started, or closed). INIT: built, never reset. RESET: a reset
+    is in flight. RUN: inside an episode. DONE: the last step ended the episode.
+    ERROR: the last command failed.
+    """
+
+    VOID = "void"
+    INIT = "init"
+    RESET = "reset"
+    RUN = "run"
+    DONE = "done"
+    ERROR = "error"
+
+
+class Env:
+    """Base class of native aenvs envs: TensorDicts in and out.
+
+    Subclasses set ``observation_space`` and ``action_space`` (gymnasium spaces;
+    they fix the keys, shapes and dtypes, laid out as for gymnasium envs) and
+    implement ``reset`` and ``step``, either as plain methods or as ``async def``
+    coroutines. ``reset`` returns the observation entries; ``step`` gets a
+    TensorDict with the action entries and returns the observation entries plus
+    ``"reward"`` and ``"terminated"`` (``"truncated"`` and ``"done"`` are optional).
+    Any other entry returned is passed through as is.
+
+    Example:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> class Counter(Env):
+        ...     observation_space = spaces.Box(0, 100, (1,))
+        ...     action_space = spaces.Discrete(2)
+        ...     def reset(self, *, seed=None, options=None):
+        ...         self.n = 0
+        ...         return TensorDict(observation=torch.zeros(1))
+        ...     def step(self, td):
+        ...         self.n += int(td["action"])
+        ...         return TensorDict(
+        ...             observation=torch.full((1,), float(self.n)),
+        ...             reward=torch.ones(1),
+        ...             terminated=torch.tensor([self.n >= 10]),
+        ...         )
+    """
+
+    observation_space: spaces.Space
+    action_space: spaces.Space
+    reward_space: ClassVar[spaces.Space | None] = None
+    metadata: ClassVar[dict[str, Any]] = {}
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> TensorDictBase | Awaitable[TensorDictBase]:
+        raise NotImplementedError
+
+    def step(self, td: TensorDictBase) -> TensorDictBase | Awaitable[TensorDictBase]:
+        raise NotImplementedError
+
+    def close(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
+        """Release what the env holds; called once when its pool closes."""

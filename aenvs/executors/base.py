@@ -1,0 +1,131 @@
+"""The executor interface: moving commands out to envs and completions back.
+
+An executor is mechanism only. It builds the envs (inside its workers, through
+:class:`~aenvs.runner.EnvRunner`), hands each command to the workers hosting its
+envs, and queues the completions that come back. Batching, env states, routing,
+stacking and the error policy are the pool's.
+
+Completions are consumed in two steps so that a cancelled receive loses nothing:
+``wait_ready()`` returns once ``poll()`` would be non-empty and consumes nothing;
+``poll()`` never blocks.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import threading
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from aenvs.buffers import Buffers
+from aenvs.commands import Command, Completion
+from aenvs.gym import EnvFn
+from aenvs.specs import EnvSpec
+
+__all__ = ["Executor"]
+
+
+class Executor(abc.ABC):
+    """Runs the envs of one pool; subclasses implement ``start``, ``submit``, ``aclose``, ``kill``.
+
+    Example:
+        >>> from aenvs.executors import ThreadExecutor
+        >>> pool = AsyncEnvPool(["CartPole-v1"] * 4, executor=ThreadExecutor(envs_per_worker=2))
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self) -> None:
+        self.buffers: Buffers | None = None
+        self._completions: deque[Completion] = deque()
+        self._ready: asyncio.Event | None = None
+        self._incoming: list[Completion] = []
+        self._incoming_lock = threading.Lock()
+        self._wake_pending = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- the contract -------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def start(
+        self,
+        env_fns: Sequence[EnvFn],
+        *,
+        seeds: Sequence[int | None],
+        make_kwargs: Mapping[int, Mapping[str, Any]] | None = None,
+    ) -> list[EnvSpec]:
+        """Build every env in its worker, allocate ``self.buffers``; return one spec per env.
+
+        Raises EnvError naming the first env that could not be built; leaves nothing running then.
+        """
+
+    @abc.abstractmethod
+    def submit(self, command: Command) -> None:
+        """Hand ``command`` to the workers hosting its envs. Never blocks, never awaits."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Stop every worker gracefully within the executor's bound, then :meth:`kill` what is left."""
+
+    @abc.abstractmethod
+    def kill(self) -> None:
+        """Stop everything now. Synchronous, idempotent, safe from ``__del__``."""
+
+    def poll(self) -> list[Completion]:
+        """Every completion ready now (maybe none). Never blocks."""
+        if not self._completions:
+            return []
+        items = list(self._completions)
+        self._completions.clear()
+        return items
+
+    async def wait_ready(self) -> None:
+        """Return once :meth:`poll` would return something. Consumes nothing."""
+        while not self._completions:
+            ready = self._ready_event()
+            ready.clear()
+            await ready.wait()
+
+    def wake(self) -> None:
+        """Wake every ``wait_ready`` (the pool calls this when it closes)."""
+        self._ready_event().set()
+
+    # -- helpers for subclasses ----------------------------------------------------
+
+    def _bind_loop(self) -> asyncio.AbstractEventLoop:
+        self._loop = asyncio.get_running_loop()
+        return self._loop
+
+    def _ready_event(self) -> asyncio.Event:
+        if self._ready is None:
+            self._ready = asyncio.Event()
+        return self._ready
+
+    def _push(self, completions: Sequence[Completion]) -> None:
+        """Queue completions; call on the loop's thread."""
+        self._completions.extend(completions)
+        if self._ready is not None:
+            self._ready.set()
+
+    def _push_threadsafe(self, completions: Sequence[Completion]) -> None:
+        """Queue completions from any thread; wakes the loop at most once per batch of pushes."""
+        with self._incoming_lock:
+            self._incoming.extend(completions)
+            if self._wake_pending:
+                return
+            self._wake_pending = True
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(self._flush_incoming)
+        except RuntimeError:  # the loop closed meanwhile: nobody is left to receive
+            pass
+
+    def _flush_incoming(self) -> None:
+        with self._incoming_lock:
+            items, self._incoming = self._incoming, []
+            self._wake_pending = False
+        self._push(items)

@@ -1,0 +1,99 @@
+"""The inline executor: envs run on the event loop itself.
+
+``async def`` envs run concurrently, one task per env command, so thousands of
+high-latency coroutine envs share one thread. Plain envs run one after the other
+in a loop callback, after ``async_step_send`` has returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aenvs.buffers import Buffers
+from aenvs.commands import Command, Completion, RemoteError
+from aenvs.executors.base import Executor
+from aenvs.gym import EnvFn
+from aenvs.runner import EnvRunner, drive
+from aenvs.specs import EnvSpec
+
+__all__ = ["InlineExecutor"]
+
+
+class InlineExecutor(Executor):
+    """Runs every env on the pool's event loop (what ``SerialEnv`` uses).
+
+    Example:
+        >>> pool = AsyncEnvPool(["CartPole-v1"] * 2, executor="inline")
+    """
+
+    name = "inline"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._runner: EnvRunner | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(
+        self,
+        env_fns: Sequence[EnvFn],
+        *,
+        seeds: Sequence[int | None],
+        make_kwargs: Mapping[int, Mapping[str, Any]] | None = None,
+    ) -> list[EnvSpec]:
+        self._bind_loop()
+        runner = EnvRunner.build(
+            dict(enumerate(env_fns)), num_envs=len(env_fns), seeds=dict(enumerate(seeds)), make_kwargs=make_kwargs
+        )
+        specs = [runner.specs[i] for i in range(len(env_fns))]
+        self.buffers = Buffers.allocate(specs)
+        runner.attach({i: self.buffers.rows(i) for i in range(len(env_fns))})
+        self._runner = runner
+        return specs
+
+    def submit(self, command: Command) -> None:
+        runner, loop = self._runner, self._loop
+        assert runner is not None and loop is not None
+        plain = []
+        for i in command.env_indices:
+            if runner.is_async(i):
+                task = loop.create_task(self._run_async(runner, i, command))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            else:
+                plain.append(i)
+        if plain:
+            loop.call_soon(self._run_plain, runner, command.subset(plain) if len(plain) < len(command.env_indices) else command)
+
+    async def _run_async(self, runner: EnvRunner, i: int, command: Command) -> None:
+        self._push((await runner.execute_one(i, command),))
+
+    def _run_plain(self, runner: EnvRunner, command: Command) -> None:
+        done: list[Completion] = []
+        try:
+            for i in command.env_indices:
+                done.append(drive(runner.execute_one(i, command)))
+        except BaseException as exc:  # KeyboardInterrupt inside an env: answer every env, then re-raise
+            error = RemoteError.capture(exc)
+            done.extend(Completion(i, command.kind, error=error) for i in command.env_indices[len(done):])
+            raise
+        finally:
+            self._push(done)
+
+    async def aclose(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.aclose()
+
+    def kill(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            runner.close()

@@ -1,0 +1,199 @@
+"""The thread executor: plain envs on worker threads.
+
+Each worker thread hosts ``envs_per_worker`` envs (one by default, so that envs
+blocking on I/O or ``time.sleep`` overlap) and takes commands from its own queue.
+Completions reach the loop through ``call_soon_threadsafe``, coalesced so that a
+burst of completions wakes the loop once; nothing polls. Threads are daemons: an
+env stuck in a step cannot keep the interpreter from exiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import queue
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aenvs.buffers import Buffers
+from aenvs.commands import Command, Completion, RemoteError
+from aenvs.executors.base import Executor
+from aenvs.gym import EnvFn
+from aenvs.runner import EnvRunner
+from aenvs.specs import EnvSpec
+
+__all__ = ["ThreadExecutor"]
+
+_STOP = None
+
+
+class _Worker:
+    def __init__(self, index: int, env_indices: list[int]) -> None:
+        self.index = index
+        self.env_indices = env_indices
+        self.inbox: queue.SimpleQueue[Command | None] = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+        self.runner: EnvRunner | None = None
+
+
+class ThreadExecutor(Executor):
+    """Runs envs on worker threads.
+
+    Args:
+        envs_per_worker: envs hosted by one thread (default 1: one thread per env).
+        num_workers: number of threads instead (envs are spread evenly over them).
+        close_timeout: seconds ``aclose`` waits for threads to finish their command.
+
+    Example:
+        >>> pool = AsyncEnvPool(["CartPole-v1"] * 8, executor=ThreadExecutor(num_workers=2))
+    """
+
+    name = "thread"
+
+    def __init__(
+        self,
+        *,
+        envs_per_worker: int | None = None,
+        num_workers: int | None = None,
+        close_timeout: float = 5.0,
+    ) -> None:
+        super().__init__()
+        if envs_per_worker is not None and envs_per_worker < 1:
+            raise ValueError(f"envs_per_worker must be >= 1, got {envs_per_worker}")
+        if num_workers is not None and num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        self.envs_per_worker = envs_per_worker
+        self.num_workers = num_workers
+        self.close_timeout = close_timeout
+        self._workers: list[_Worker] = []
+        self._worker_of: list[_Worker] = []
+        self._exited: list[asyncio.Future[None]] = []
+
+    def _plan(self, num_envs: int) -> list[list[int]]:
+        if self.num_workers is not None:
+            per = math.ceil(num_envs / min(self.num_workers, num_envs))
+        else:
+            per = self.envs_per_worker or 1
+        return [list(range(i, min(i + per, num_envs))) for i in range(0, num_envs, per)]
+
+    async def start(
+        self,
+        env_fns: Sequence[EnvFn],
+        *,
+        seeds: Sequence[int | None],
+        make_kwargs: Mapping[int, Mapping[str, Any]] | None = None,
+    ) -> list[EnvSpec]:
+        loop = self._bind_loop()
+        num_envs = len(env_fns)
+        built: list[asyncio.Future[EnvRunner]] = []
+        for index, env_indices in enumerate(self._plan(num_envs)):
+            worker = _Worker(index, env_indices)
+            ready: asyncio.Future[EnvRunner] = loop.create_future()
+            exited: asyncio.Future[None] = loop.create_future()
+            fns = {i: env_fns[i] for i in env_indices}
+            worker.thread = threading.Thread(
+                target=self._main,
+                args=(worker, fns, num_envs, {i: seeds[i] for i in env_indices}, make_kwargs, ready, exited),
+                name=f"aenvs-thread-{index}",
+                daemon=True,
+            )
+            self._workers.append(worker)
+            self._exited.append(exited)
+            built.append(ready)
+            worker.thread.start()
+        self._worker_of = [w for w in self._workers for _ in w.env_indices]
+        try:
+            results = await asyncio.gather(*built, return_exceptions=True)
+        except BaseException:
+            await self.aclose()
+            raise
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            await self.aclose()
+            raise failures[0]
+        runners = [r for r in results if isinstance(r, EnvRunner)]
+        specs = [spec for r in runners for _, spec in sorted(r.specs.items())]
+        self.buffers = Buffers.allocate(specs)
+        for worker, runner in zip(self._workers, runners, strict=True):
+            runner.attach({i: self.buffers.rows(i) for i in worker.env_indices})
+            worker.runner = runner
+        return specs
+
+    def _main(
+        self,
+        worker: _Worker,
+        env_fns: dict[int, EnvFn],
+        num_envs: int,
+        seeds: dict[int, int | None],
+        make_kwargs: Mapping[int, Mapping[str, Any]] | None,
+        ready: asyncio.Future[EnvRunner],
+        exited: asyncio.Future[None],
+    ) -> None:
+        loop = self._loop
+        assert loop is not None
+        runner: EnvRunner | None = None
+        try:
+            try:
+                runner = EnvRunner.build(
+                    env_fns, num_envs=num_envs, worker_index=worker.index, seeds=seeds, make_kwargs=make_kwargs
+                )
+            except BaseException as exc:
+                _resolve_threadsafe(loop, ready, exc)
+                return
+            _resolve_threadsafe(loop, ready, runner)
+            while (command := worker.inbox.get()) is not _STOP:
+                try:
+                    done = runner.execute(command)
+                except BaseException as exc:  # never leave a command unanswered
+                    error = RemoteError.capture(exc)
+                    done = [Completion(i, command.kind, error=error) for i in command.env_indices]
+                self._push_threadsafe(done)
+        finally:
+            if runner is not None:
+                runner.close()
+            _resolve_threadsafe(loop, exited, None)
+
+    def submit(self, command: Command) -> None:
+        if len(self._workers) == len(self._worker_of):  # one env per worker: no splitting needed
+            for i in command.env_indices:
+                self._worker_of[i].inbox.put(command.subset([i]) if len(command.env_indices) > 1 else command)
+            return
+        by_worker: dict[int, list[int]] = {}
+        for i in command.env_indices:
+            by_worker.setdefault(self._worker_of[i].index, []).append(i)
+        for index, env_indices in by_worker.items():
+            self._workers[index].inbox.put(command.subset(env_indices))
+
+    async def aclose(self) -> None:
+        for worker in self._workers:
+            worker.inbox.put(_STOP)
+        pending = [f for f in self._exited if not f.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=self.close_timeout)
+        self.kill()
+
+    def kill(self) -> None:
+        # Threads cannot be killed: a thread stuck in an env is a daemon, abandoned here.
+        for worker in self._workers:
+            worker.inbox.put(_STOP)
+        self._workers = []
+
+    @property
+    def abandoned_threads(self) -> int:
+        return sum(1 for f in self._exited if not f.done())
+
+
+def _resolve_threadsafe(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], outcome: Any) -> None:
+    def resolve() -> None:
+        if future.done():
+            return
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+
+    try:
+        loop.call_soon_threadsafe(resolve)
+    except RuntimeError:  # loop closed: nobody waits any more
+        pass

@@ -1,0 +1,241 @@
+"""The per-env runner: the one place where envs are built, stepped, reset and called.
+
+Every executor hosts runners (on the event loop, in a worker thread, process or
+actor), so adapting gymnasium envs, auto-reset, seeding, result layout and
+exception capture behave the same everywhere. A runner writes fixed-shape results
+into its envs' buffer rows and returns a small :class:`Completion` per env.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from aenvs.buffers import EnvRows
+from aenvs.commands import Command, CommandKind, Completion, RemoteError
+from aenvs.env import EnvContext
+from aenvs.errors import EnvError
+from aenvs.gym import EnvFn, Outcome, build_env, make_adapter
+from aenvs.specs import EnvSpec, Key
+
+__all__ = ["EnvRunner", "drive"]
+
+T = TypeVar("T")
+_REWARD, _DONE, _TERMINATED, _TRUNCATED = ("reward",), ("done",), ("terminated",), ("truncated",)
+
+
+def drive(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends (a plain env's command) without a loop."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()
+    raise RuntimeError("an async env was run outside an event loop")
+
+
+@dataclass(slots=True)
+class _Slot:
+    adapter: Any
+    rows: EnvRows | None = None
+
+
+class EnvRunner:
+    """Hosts some envs of a pool and runs commands on them.
+
+    Example:
+        >>> runner = EnvRunner.build({0: "CartPole-v1"}, num_envs=1)
+        >>> runner.specs[0].action_space
+        Discrete(2)
+    """
+
+    def __init__(self, adapters: Mapping[int, Any]) -> None:
+        self._slots = {i: _Slot(adapter) for i, adapter in adapters.items()}
+        self.specs: dict[int, EnvSpec] = {i: a.spec for i, a in adapters.items()}
+        self.has_async = any(a.is_async for a in adapters.values())
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def build(
+        cls,
+        env_fns: Mapping[int, EnvFn],
+        *,
+        num_envs: int,
+        worker_index: int = 0,
+        seeds: Mapping[int, int | None] | None = None,
+        make_kwargs: Mapping[int, Mapping[str, Any]] | None = None,
+    ) -> EnvRunner:
+        """Build the envs of ``env_fns`` (env index -> factory); raise EnvError naming a failing one."""
+        adapters: dict[int, Any] = {}
+        try:
+            for i, fn in env_fns.items():
+                context = EnvContext(i, worker_index, num_envs, (seeds or {}).get(i))
+                try:
+                    adapters[i] = make_adapter(build_env(fn, context, (make_kwargs or {}).get(i)))
+                except Exception as exc:
+                    error = RemoteError.capture(exc)
+                    raise EnvError(i, "make", error.traceback, error.exc_type) from None
+        except BaseException:
+            cls(adapters).close()
+            raise
+        return cls(adapters)
+
+    @property
+    def env_indices(self) -> list[int]:
+        return list(self._slots)
+
+    def attach(self, rows: Mapping[int, EnvRows]) -> None:
+        """Give each env the buffer rows its results go to and its actions come from."""
+        for i, slot in self._slots.items():
+            slot.rows = rows[i]
+
+    def is_async(self, env_index: int) -> bool:
+        return self._slots[env_index].adapter.is_async
+
+    # -- running commands -------------------------------------------------------
+
+    def execute(self, command: Command) -> list[Completion]:
+        """Run ``command`` on every env of it hosted here; async envs run concurrently."""
+        if self.has_async:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+            return self._loop.run_until_complete(self.execute_async(command))
+        return [drive(self.execute_one(i, command)) for i in command.env_indices]
+
+    async def execute_async(self, command: Command) -> list[Completion]:
+        return list(await asyncio.gather(*(self.execute_one(i, command) for i in command.env_indices)))
+
+    async def execute_one(self, i: int, command: Command) -> Completion:
+        """Run ``command`` on env ``i``; never raises for the env's own failures."""
+        slot = self._slots[i]
+        adapter, kind = slot.adapter, command.kind
+        try:
+            if kind is CommandKind.STEP or kind is CommandKind.STEP_AND_RESET:
+                assert slot.rows is not None
+                out = adapter.step(slot.rows.action, slot.rows.row)
+                if adapter.is_async:
+                    out = await out
+                done = out.terminated or out.truncated
+                completion = Completion(i, kind, extras=self._write_step(slot.rows, out, done), done=done)
+                if kind is CommandKind.STEP_AND_RESET:
+                    if done:
+                        out = adapter.reset(None, None)
+                        if adapter.is_async:
+                            out = await out
+                        completion.reset_extras = self._write_reset(slot.rows, out)
+                        completion.was_reset = True
+                    else:
+                        for key, view in slot.rows.reset.items():
+                            view[...] = slot.rows.step[key]
+                        completion.reset_extras = completion.extras
+                return completion
+            if kind is CommandKind.RESET:
+                assert slot.rows is not None
+                seed = command.seeds.get(i) if command.seeds else None
+                out = adapter.reset(seed, command.options)
+                if adapter.is_async:
+                    out = await out
+                return Completion(i, kind, extras=self._write_reset(slot.rows, out))
+            if kind is CommandKind.SEED:
+                value = await _resolve(adapter.seed(command.seeds.get(i) if command.seeds else None))
+            elif kind is CommandKind.CALL:
+                value = await _resolve(adapter.get_attr(command.name)(*command.args, **command.kwargs))
+            elif kind is CommandKind.GET_ATTR:
+                value = adapter.get_attr(command.name)
+            elif kind is CommandKind.SET_ATTR:
+                value = adapter.set_attr(command.name, command.args[0])
+            else:  # pragma: no cover - exhaustive over CommandKind
+                raise AssertionError(kind)
+            return Completion(i, kind, value=value)
+        except Exception as exc:
+            return Completion(i, kind, error=RemoteError.capture(exc))
+
+    @staticmethod
+    def _write(rows: dict[Key, np.ndarray], items: list[tuple[Key, Any]]) -> dict[Key, Any] | None:
+        extras: dict[Key, Any] | None = None
+        for key, value in items:
+            view = rows.get(key)
+            if view is None:
+                if extras is None:
+                    extras = {}
+                extras[key] = value
+                continue
+            if np.shape(value) != view.shape:
+                raise ValueError(
+                    f"the env returned {'.'.join(key)!r} with shape {tuple(np.shape(value))}, "
+                    f"but its space says {tuple(view.shape)}"
+                )
+            view[...] = value
+        return extras
+
+    def _write_reset(self, rows: EnvRows, out: Outcome) -> dict[Key, Any] | None:
+        extras = self._write(rows.reset, out.items)
+        reset = rows.reset
+        reset[_DONE][0] = reset[_TERMINATED][0] = reset[_TRUNCATED][0] = False
+        return _with_info(extras, out.info)
+
+    def _write_step(self, rows: EnvRows, out: Outcome, done: bool) -> dict[Key, Any] | None:
+        extras = self._write(rows.step, out.items)
+        step = rows.step
+        step[_REWARD][0] = out.reward
+        step[_TERMINATED][0] = out.terminated
+        step[_TRUNCATED][0] = out.truncated
+        step[_DONE][0] = done
+        return _with_info(extras, out.info)
+
+    async def aclose(self) -> None:
+        """Close every env, awaiting async ``close`` methods (on the caller's loop)."""
+        for slot in self._slots.values():
+            try:
+                await _resolve(slot.adapter.close())
+            except Exception:  # noqa: S110 - a failing close must not stop the others
+                pass
+        self._close_loop()
+
+    def close(self) -> None:
+        """Close every env from synchronous code (a worker thread or process, or ``kill``)."""
+        for slot in self._slots.values():
+            try:
+                result = slot.adapter.close()
+                if inspect.isawaitable(result):
+                    _run_detached(result)
+            except Exception:  # noqa: S110 - a failing close must not stop the others
+                pass
+        self._close_loop()
+
+    def _close_loop(self) -> None:
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+
+def _run_detached(awaitable: Any) -> None:
+    """Finish an awaitable from sync code: on a fresh loop, or dropped if a loop runs here."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(_resolve(awaitable))
+        finally:
+            loop.close()
+        return
+    if inspect.iscoroutine(awaitable):
+        awaitable.close()
+
+
+async def _resolve(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+def _with_info(extras: dict[Key, Any] | None, info: Mapping[str, Any] | None) -> dict[Key, Any] | None:
+    if not info:
+        return extras
+    extras = extras if extras is not None else {}
+    extras[("info",)] = info
+    return extras
