@@ -159,7 +159,7 @@ class Batcher:
         if self.dense:
             actions = self._groups[0][2]
             whole = list(env_indices) == self._all_rows
-            index = None if whole else torch.as_tensor(env_indices)
+            index = None if whole else torch.as_tensor(env_indices, dtype=torch.long)
             for key, buf in actions.items():
                 value = td.get(key)
                 if whole:
@@ -182,7 +182,7 @@ class Batcher:
             if list(env_indices) == self._all_rows:
                 source = {k: b.clone() for k, b in buffers.items()}
             else:
-                index = torch.as_tensor(env_indices)
+                index = torch.as_tensor(env_indices, dtype=torch.long)
                 source = {k: b[index] for k, b in buffers.items()}
             return TensorDict(source, batch_size=[len(env_indices)])
         per_env = []
@@ -208,14 +208,18 @@ class Batcher:
             rows = [row for _, row in inputs]
             if rows == list(range(first.batch_size[0])):
                 return first.copy()
-            return first[torch.as_tensor(rows)]
+            return first[torch.as_tensor(rows, dtype=torch.long)]
         parts = [td[row] for td, row in inputs]
         return maybe_dense_stack(parts) if self.dense else lazy_stack(parts)
+
+    def empty(self) -> TensorDictBase:
+        """The result of a receive that found nothing (``min_get=0``)."""
+        return TensorDict({"env_index": torch.zeros(0, dtype=torch.long)}, batch_size=[0])
 
     def reset_batch(self, completions: Sequence[Completion]) -> TensorDictBase:
         indices = [c.env_index for c in completions]
         td = self._with_extras(self._rows(indices, 0), [c.extras for c in completions])
-        td.set("env_index", torch.as_tensor(indices))
+        td.set("env_index", torch.as_tensor(indices, dtype=torch.long))
         return td
 
     def step_batch(self, completions: Sequence[Completion], inputs: Sequence[Inputs]) -> TensorDictBase:
@@ -225,7 +229,7 @@ class Batcher:
             out = lazy_stack(list(out.unbind(0)))
         nxt = self._with_extras(self._rows(indices, 1), [c.extras for c in completions])
         out.set("next", nxt)
-        out.set("env_index", torch.as_tensor(indices))
+        out.set("env_index", torch.as_tensor(indices, dtype=torch.long))
         return out
 
     def step_and_reset_batch(

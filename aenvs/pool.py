@@ -163,10 +163,18 @@ class AsyncEnvPool:
             except BaseException:
                 self._closed = True
                 raise
+            try:
+                buffers = self._executor.buffers
+                assert buffers is not None
+                self._batcher = Batcher(specs, buffers, dense=self._resolve_dense(specs))
+            except BaseException:
+                self._closed = True
+                try:
+                    await self._executor.aclose()
+                finally:
+                    self._executor.kill()
+                raise
             self._specs = specs
-            buffers = self._executor.buffers
-            assert buffers is not None
-            self._batcher = Batcher(specs, buffers, dense=self._resolve_dense(specs))
             self._states = [EnvState.INIT] * self.num_envs
             self._started = True
             self._started_at = time.perf_counter()
@@ -530,7 +538,7 @@ class AsyncEnvPool:
         """
         picked = await self._recv(_STEP, min_get, max_get, env_index, timeout)
         if not picked:
-            return self._batcher_or_raise().reset_batch([])
+            return self._batcher_or_raise().empty()
         return self._batcher_or_raise().step_batch(picked, self._pop_inputs(picked))
 
     async def async_step_and_maybe_reset_recv(
@@ -545,8 +553,7 @@ class AsyncEnvPool:
         picked = await self._recv(_SMR, min_get, max_get, env_index, timeout)
         batcher = self._batcher_or_raise()
         if not picked:
-            empty = batcher.reset_batch([])
-            return empty, empty.clone()
+            return batcher.empty(), batcher.empty()
         return batcher.step_and_reset_batch(picked, self._pop_inputs(picked))
 
     async def async_reset_recv(
@@ -559,7 +566,8 @@ class AsyncEnvPool:
     ) -> TensorDictBase:
         """Collect finished resets, with the same rules as :meth:`async_step_recv`."""
         picked = await self._recv(_RESET, min_get, max_get, env_index, timeout)
-        return self._batcher_or_raise().reset_batch(picked)
+        batcher = self._batcher_or_raise()
+        return batcher.reset_batch(picked) if picked else batcher.empty()
 
     # -- whole-batch calls -------------------------------------------------------------
 

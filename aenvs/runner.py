@@ -118,14 +118,14 @@ class EnvRunner:
             if kind is CommandKind.STEP or kind is CommandKind.STEP_AND_RESET:
                 assert slot.rows is not None
                 out = adapter.step(slot.rows.action, slot.rows.row)
-                if adapter.is_async:
+                if type(out) is not Outcome:  # an async env's coroutine
                     out = await out
                 done = out.terminated or out.truncated
                 completion = Completion(i, kind, extras=self._write_step(slot.rows, out, done), done=done)
                 if kind is CommandKind.STEP_AND_RESET:
                     if done:
                         out = adapter.reset(None, None)
-                        if adapter.is_async:
+                        if type(out) is not Outcome:
                             out = await out
                         completion.reset_extras = self._write_reset(slot.rows, out)
                         completion.was_reset = True
@@ -138,7 +138,7 @@ class EnvRunner:
                 assert slot.rows is not None
                 seed = command.seeds.get(i) if command.seeds else None
                 out = adapter.reset(seed, command.options)
-                if adapter.is_async:
+                if type(out) is not Outcome:  # an async env's coroutine
                     out = await out
                 return Completion(i, kind, extras=self._write_reset(slot.rows, out))
             if kind is CommandKind.SEED:

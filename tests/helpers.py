@@ -1,0 +1,80 @@
+"""Small envs and helpers shared by the tests."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from aenvs import EnvContext
+from aenvs.testing import EchoEnv
+
+
+def actions(values: list[float], env_index: list[int] | None = None) -> TensorDict:
+    """An EchoEnv action batch (float64 [k, 1]), optionally with env_index."""
+    td = TensorDict(action=torch.tensor(values, dtype=torch.float64).reshape(-1, 1), batch_size=[len(values)])
+    if env_index is not None:
+        td["env_index"] = torch.tensor(env_index)
+    return td
+
+
+class GatedEnv(EchoEnv):
+    """EchoEnv whose step waits (off the loop) until a shared threading.Event is set."""
+
+    def __init__(self, gate: threading.Event, env_index: int = 0) -> None:
+        super().__init__(env_index=env_index)
+        self.gate = gate
+
+    async def step(self, td: TensorDictBase) -> TensorDictBase:  # type: ignore[override]
+        opened = await asyncio.to_thread(self.gate.wait, 30)
+        assert opened, "the test never opened the gate"
+        return self._advance(td)
+
+
+def gated_env_fns(num_envs: int, gate: threading.Event) -> list[Any]:
+    def make(ctx: EnvContext) -> GatedEnv:
+        return GatedEnv(gate, ctx.env_index)
+
+    return [make] * num_envs
+
+
+class RichSpacesEnv(gym.Env):
+    """A gymnasium env with Dict / Tuple / MultiDiscrete / MultiBinary spaces and a mixed info dict."""
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Dict(
+            {
+                "position": gym.spaces.Box(-1, 1, (2,), np.float32),
+                "mode": gym.spaces.Discrete(3),
+                "flags": gym.spaces.MultiBinary(4),
+                "pair": gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Box(0, 1, (3,), np.float64))),
+            }
+        )
+        self.action_space = gym.spaces.Dict(
+            {"move": gym.spaces.Box(-1, 1, (2,), np.float32), "pick": gym.spaces.MultiDiscrete([3, 4])}
+        )
+        self.t = 0
+
+    def _obs(self) -> dict[str, Any]:
+        return {
+            "position": np.full(2, self.t / 10, np.float32),
+            "mode": self.t % 3,
+            "flags": np.array([1, 0, 1, self.t % 2], np.int8),
+            "pair": (self.t % 2, np.full(3, 0.5)),
+        }
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {"msg": "hello", "level": 1}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        assert self.action_space.contains(action), action
+        self.t += 1
+        info = {"msg": f"step {self.t}", "speed": 0.5 * self.t, "pick": action["pick"].copy()}
+        return self._obs(), float(action["move"].sum()), self.t >= 5, False, info
