@@ -80,7 +80,7 @@ def _stack_values(values: Sequence[Any]) -> Any:
         first = converted[0]
         if all(v.shape == first.shape and v.dtype == first.dtype for v in converted):
             return torch.stack(converted)
-    return NonTensorStack.from_list([None if v is _MISSING else v for v in values])
+    return NonTensorStack.from_list([None if v is _MISSING else v for v in values])  # pyright: ignore[reportArgumentType]
 
 
 def _stack_extras(td: TensorDictBase, extras: Sequence[Mapping[Key, Any] | None]) -> None:
@@ -111,7 +111,9 @@ class Batcher:
             )
             for g in buffers.groups
         ]
-        self._action_dtypes = [{leaf.key: _torch_dtype(leaf.dtype) for leaf in s.action_leaves} for s in specs]
+        self._action_dtypes = [
+            {leaf.key: _torch_dtype(leaf.dtype) for leaf in s.action_leaves} for s in specs
+        ]
         self._all_rows = list(range(len(specs)))
 
     # -- actions in ---------------------------------------------------------------
@@ -119,8 +121,14 @@ class Batcher:
     def check_actions(self, td: TensorDictBase, env_indices: Sequence[int]) -> None:
         """Raise ValueError naming the env and the key if ``td`` does not fit the action spaces."""
         if self.dense:
-            self._check_leaves(td, env_indices[0], self.specs[0].action_leaves, self._action_dtypes[0], 1,
-                               others=len(env_indices) - 1)
+            self._check_leaves(
+                td,
+                env_indices[0],
+                self.specs[0].action_leaves,
+                self._action_dtypes[0],
+                1,
+                others=len(env_indices) - 1,
+            )
             return
         for row, i in enumerate(env_indices):
             self._check_leaves(td[row], i, self.specs[i].action_leaves, self._action_dtypes[i], 0)
@@ -139,7 +147,9 @@ class Batcher:
         for leaf in leaves:
             value = td.get(leaf.key, None)
             if value is None:
-                raise ValueError(f"{who}: the input has no {_name(leaf.key)!r} entry; its action space is {space}")
+                raise ValueError(
+                    f"{who}: the input has no {_name(leaf.key)!r} entry; its action space is {space}"
+                )
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"{who}: {_name(leaf.key)!r} must be a tensor, got {type(value).__name__}")
             shape = tuple(value.shape[batch_dims:])
@@ -236,6 +246,8 @@ class Batcher:
         self, completions: Sequence[Completion], inputs: Sequence[Inputs]
     ) -> tuple[TensorDictBase, TensorDictBase]:
         out = self.step_batch(completions, inputs)
-        nxt = self._with_extras(self._rows(out["env_index"].tolist(), 0), [c.reset_extras for c in completions])
+        nxt = self._with_extras(
+            self._rows(out["env_index"].tolist(), 0), [c.reset_extras for c in completions]
+        )
         nxt.set("env_index", out["env_index"].clone())
         return out, nxt

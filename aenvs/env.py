@@ -89,5 +89,5 @@ class Env:
     def step(self, td: TensorDictBase) -> TensorDictBase | Awaitable[TensorDictBase]:
         raise NotImplementedError
 
-    def close(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
+    def close(self) -> None:
         """Release what the env holds; called once when its pool closes."""

@@ -60,12 +60,13 @@ class EnvError(AenvsError):
         if message is None:
             last = remote_traceback.strip().splitlines()[-1] if remote_traceback else ""
             message = f"env {env_index} failed in {command}: {last or exc_type}"
+        self.message = message
         super().__init__(message)
 
     def __reduce__(self):  # keep the attributes through pickling (process / ray)
         return (
             type(self),
-            (self.env_index, self.command, self.remote_traceback, self.exc_type, str(self)),
+            (self.env_index, self.command, self.remote_traceback, self.exc_type, self.message),
         )
 
     def __str__(self) -> str:

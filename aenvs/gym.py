@@ -39,9 +39,7 @@ def _takes_context(fn: Callable[..., Any]) -> bool:
     except (TypeError, ValueError):  # builtins, some C callables
         return False
     required = [
-        p
-        for p in params
-        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        p for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
     ]
     return len(required) == 1
 

@@ -126,7 +126,9 @@ class AsyncEnvPool:
             if len(make_kwargs) != n:
                 raise ValueError(f"make_kwargs has {len(make_kwargs)} entries for {n} envs")
             self._make_kwargs = dict(enumerate(make_kwargs))
-        self._first_seeds: list[int | None] = seed_chain(seed, n)[0] if seed is not None else [None] * n
+        self._first_seeds: list[int | None] = [None] * n
+        if seed is not None:
+            self._first_seeds = list(seed_chain(seed, n)[0])
         self._started = False
         self._closed = False
         self._specs: list[EnvSpec] = []
@@ -266,7 +268,9 @@ class AsyncEnvPool:
         uptime = time.perf_counter() - self._started_at if self._started_at else 0.0
         return PoolStats(
             steps=list(self._steps),
-            step_latency_mean=[s / n if n else 0.0 for s, n in zip(self._latency_sum, self._steps, strict=True)],
+            step_latency_mean=[
+                s / n if n else 0.0 for s, n in zip(self._latency_sum, self._steps, strict=True)
+            ],
             step_latency_last=list(self._latency_last),
             errors=list(self._errors),
             in_flight=self._in_flight,
@@ -318,7 +322,9 @@ class AsyncEnvPool:
                 )
             indices = list(range(self.num_envs))
         if td is not None and tuple(td.batch_size[:1]) != (len(indices),):
-            raise ValueError(f"the input has batch size {tuple(td.batch_size)} for {len(indices)} env indices")
+            raise ValueError(
+                f"the input has batch size {tuple(td.batch_size)} for {len(indices)} env indices"
+            )
         for i in indices:
             if self._pending[i] is not None or i in self._ready or i in self._answers or i in self._orphans:
                 raise EnvBusyError(i)
@@ -359,7 +365,9 @@ class AsyncEnvPool:
         """
         self._send_actions(_STEP, td, env_index)
 
-    async def async_step_and_maybe_reset_send(self, td: TensorDictBase, env_index: EnvIndex | None = None) -> None:
+    async def async_step_and_maybe_reset_send(
+        self, td: TensorDictBase, env_index: EnvIndex | None = None
+    ) -> None:
         """Like :meth:`async_step_send`, and envs whose episode ends are reset in the same round trip."""
         self._send_actions(_SMR, td, env_index)
 
@@ -399,7 +407,9 @@ class AsyncEnvPool:
             self._first_seeds[i] = None
             self._states[i] = EnvState.RESET
         seeds_by_env = dict(zip(indices, seeds, strict=True))
-        self._dispatch(Command(_RESET, indices, seeds=seeds_by_env, options=dict(options) if options else None))
+        self._dispatch(
+            Command(_RESET, indices, seeds=seeds_by_env, options=dict(options) if options else None)
+        )
         return indices
 
     # -- receiving -------------------------------------------------------------------
@@ -626,7 +636,9 @@ class AsyncEnvPool:
                 raise EnvError(c.env_index, command.label(), c.error.traceback, c.error.exc_type)
         return [c.value for c in answers]
 
-    async def call(self, name: str, *args: Any, env_index: EnvIndex | None = None, **kwargs: Any) -> list[Any]:
+    async def call(
+        self, name: str, *args: Any, env_index: EnvIndex | None = None, **kwargs: Any
+    ) -> list[Any]:
         """Call method ``name`` on each env (default all); one return value per env."""
         self._check_open()
         indices = self._targets(None, env_index)

@@ -193,7 +193,7 @@ class EnvRunner:
         for slot in self._slots.values():
             try:
                 await _resolve(slot.adapter.close())
-            except Exception:  # noqa: S110 - a failing close must not stop the others
+            except Exception:
                 pass
         self._close_loop()
 
@@ -204,7 +204,7 @@ class EnvRunner:
                 result = slot.adapter.close()
                 if inspect.isawaitable(result):
                     _run_detached(result)
-            except Exception:  # noqa: S110 - a failing close must not stop the others
+            except Exception:
                 pass
         self._close_loop()
 

@@ -72,9 +72,7 @@ def space_leaves(space: spaces.Space, path: Key) -> list[Leaf]:
     if isinstance(space, spaces.Dict):
         return [leaf for k, sub in space.spaces.items() for leaf in space_leaves(sub, (*path, k))]
     if isinstance(space, spaces.Tuple):
-        return [
-            leaf for i, sub in enumerate(space.spaces) for leaf in space_leaves(sub, (*path, str(i)))
-        ]
+        return [leaf for i, sub in enumerate(space.spaces) for leaf in space_leaves(sub, (*path, str(i)))]
     return []  # no fixed shape: carried as non-tensor data
 
 

@@ -38,5 +38,7 @@ def make_executor(executor: str | Executor, **options: object) -> Executor:
         return executor
     factory = _FACTORIES.get(executor)
     if factory is None:
-        raise ValueError(f"unknown executor {executor!r}; choose one of {sorted(_FACTORIES)} or pass an Executor")
+        raise ValueError(
+            f"unknown executor {executor!r}; choose one of {sorted(_FACTORIES)} or pass an Executor"
+        )
     return factory(**{k: v for k, v in options.items() if v is not None})

@@ -44,7 +44,10 @@ class InlineExecutor(Executor):
     ) -> list[EnvSpec]:
         self._bind_loop()
         runner = EnvRunner.build(
-            dict(enumerate(env_fns)), num_envs=len(env_fns), seeds=dict(enumerate(seeds)), make_kwargs=make_kwargs
+            dict(enumerate(env_fns)),
+            num_envs=len(env_fns),
+            seeds=dict(enumerate(seeds)),
+            make_kwargs=make_kwargs,
         )
         specs = [runner.specs[i] for i in range(len(env_fns))]
         self.buffers = Buffers.allocate(specs)
@@ -64,7 +67,11 @@ class InlineExecutor(Executor):
             else:
                 plain.append(i)
         if plain:
-            loop.call_soon(self._run_plain, runner, command.subset(plain) if len(plain) < len(command.env_indices) else command)
+            loop.call_soon(
+                self._run_plain,
+                runner,
+                command.subset(plain) if len(plain) < len(command.env_indices) else command,
+            )
 
     async def _run_async(self, runner: EnvRunner, i: int, command: Command) -> None:
         self._push((await runner.execute_one(i, command),))
@@ -73,10 +80,10 @@ class InlineExecutor(Executor):
         done: list[Completion] = []
         try:
             for i in command.env_indices:
-                done.append(drive(runner.execute_one(i, command)))
+                done.append(drive(runner.execute_one(i, command)))  # noqa: PERF401 - keeps what finished before a raise
         except BaseException as exc:  # KeyboardInterrupt inside an env: answer every env, then re-raise
             error = RemoteError.capture(exc)
-            done.extend(Completion(i, command.kind, error=error) for i in command.env_indices[len(done):])
+            done.extend(Completion(i, command.kind, error=error) for i in command.env_indices[len(done) :])
             raise
         finally:
             self._push(done)

@@ -25,7 +25,7 @@ from aenvs.specs import EnvSpec
 
 __all__ = ["ThreadExecutor"]
 
-_STOP = None
+_STOP = None  # put in a worker's inbox to end its thread
 
 
 class _Worker:
@@ -136,13 +136,17 @@ class ThreadExecutor(Executor):
         try:
             try:
                 runner = EnvRunner.build(
-                    env_fns, num_envs=num_envs, worker_index=worker.index, seeds=seeds, make_kwargs=make_kwargs
+                    env_fns,
+                    num_envs=num_envs,
+                    worker_index=worker.index,
+                    seeds=seeds,
+                    make_kwargs=make_kwargs,
                 )
             except BaseException as exc:
                 _resolve_threadsafe(loop, ready, exc)
                 return
             _resolve_threadsafe(loop, ready, runner)
-            while (command := worker.inbox.get()) is not _STOP:
+            while (command := worker.inbox.get()) is not None:
                 try:
                     done = runner.execute(command)
                 except BaseException as exc:  # never leave a command unanswered

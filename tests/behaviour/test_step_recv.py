@@ -154,7 +154,7 @@ async def test_many_rounds_deliver_each_result_exactly_once(make_pool) -> None:
     n = 6
     pool = await make_pool(echo_env_fns(n, delay=(0.0, 0.002)))
     await pool.reset()
-    sent = {i: 0 for i in range(n)}
+    sent = dict.fromkeys(range(n), 0)
     received: list[tuple[int, float, float]] = []
     await pool.async_step_send(actions([1.0] * n))
     for i in range(n):

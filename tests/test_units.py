@@ -1,0 +1,95 @@
+"""Pure parts: space layout, seed chain, buffers, public names."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+import aenvs
+from aenvs.buffers import Buffers
+from aenvs.seeding import next_seed, seed_chain
+from aenvs.specs import EnvSpec, space_leaves
+
+
+def test_public_names_are_exported_and_sorted() -> None:
+    assert aenvs.__all__ == sorted(aenvs.__all__)
+    for name in aenvs.__all__:
+        assert getattr(aenvs, name) is not None
+    for name in ("AsyncEnvPool", "Env", "EnvError", "EnvBusyError", "PoolClosedError", "step_mdp"):
+        assert name in aenvs.__all__
+
+
+def test_error_tree() -> None:
+    assert issubclass(aenvs.EnvTimeoutError, aenvs.EnvError)
+    assert issubclass(aenvs.EnvCrashedError, aenvs.EnvError)
+    for cls in (aenvs.EnvError, aenvs.EnvBusyError, aenvs.PoolClosedError):
+        assert issubclass(cls, aenvs.AenvsError)
+
+
+def test_env_error_survives_pickling() -> None:
+    import pickle
+
+    err = aenvs.EnvError(4, "step", "Traceback...\nKeyError: 'x'", "builtins.KeyError")
+    back = pickle.loads(pickle.dumps(err))
+    assert (back.env_index, back.command, back.exc_type) == (4, "step", "builtins.KeyError")
+    assert str(back) == str(err)
+
+
+@pytest.mark.parametrize(
+    ("space", "expected"),
+    [
+        (spaces.Box(-1, 1, (2, 3), np.float32), [(("x",), (2, 3), "float32")]),
+        (spaces.Discrete(5), [(("x",), (), "int64")]),
+        (spaces.MultiDiscrete([2, 3]), [(("x",), (2,), "int64")]),
+        (spaces.MultiBinary(4), [(("x",), (4,), "int8")]),
+        (
+            spaces.Dict({"b": spaces.Discrete(2), "a": spaces.Box(0, 1, (1,), np.float64)}),
+            [(("x", "a"), (1,), "float64"), (("x", "b"), (), "int64")],
+        ),
+        (
+            spaces.Tuple((spaces.Discrete(2), spaces.MultiBinary(2))),
+            [(("x", "0"), (), "int64"), (("x", "1"), (2,), "int8")],
+        ),
+        (spaces.Text(5), []),
+    ],
+)
+def test_space_leaves(space: spaces.Space, expected: list) -> None:
+    got = [(leaf.key, leaf.shape, str(leaf.dtype)) for leaf in space_leaves(space, ("x",))]
+    assert got == expected
+
+
+def test_dict_observation_lives_at_the_root() -> None:
+    spec = EnvSpec.from_spaces(
+        spaces.Dict({"pixels": spaces.Box(0, 255, (2, 2), np.uint8)}), spaces.Discrete(2)
+    )
+    assert spec.observation_keys == (("pixels",),)
+    assert [leaf.key for leaf in spec.action_leaves] == [("action",)]
+
+
+def test_layout_difference_names_the_key() -> None:
+    a = EnvSpec.from_spaces(spaces.Box(-1, 1, (4,)), spaces.Discrete(2))
+    b = EnvSpec.from_spaces(spaces.Box(-1, 1, (3,)), spaces.Discrete(2))
+    assert a.layout_difference(a) is None
+    assert "'observation' has shape (4,)" in (a.layout_difference(b) or "")
+
+
+def test_seed_chain_is_torchrls() -> None:
+    # TorchRL's seed_generator: default_rng(seed).bytes(8), big endian, modulo 2**32 - 1
+    expected = int.from_bytes(np.random.default_rng(3).bytes(8), "big") % (2**32 - 1)
+    assert next_seed(3) == expected
+    seeds, after = seed_chain(3, 3)
+    assert seeds == [3, expected, next_seed(expected)]
+    assert after == next_seed(seeds[-1])
+
+
+def test_buffers_group_envs_by_layout() -> None:
+    a = EnvSpec.from_spaces(spaces.Box(-1, 1, (4,)), spaces.Discrete(2))
+    b = EnvSpec.from_spaces(spaces.Box(-1, 1, (3,)), spaces.Box(-1, 1, (1,)))
+    buffers = Buffers.allocate([a, b, a])
+    assert buffers.location == [(0, 0), (1, 0), (0, 1)]
+    rows = buffers.rows(2)
+    rows.step[("observation",)][...] = 7
+    assert buffers.groups[0].step[("observation",)][1].tolist() == [7, 7, 7, 7]
+    rows.step[("reward",)][0] = 1.5  # 0-d-safe views write through
+    assert buffers.groups[0].step[("reward",)][1, 0] == 1.5
