@@ -13,6 +13,9 @@ Example:
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from aenvs.env import Env as Env, EnvContext as EnvContext, EnvState as EnvState
 from aenvs.errors import (
     AenvsError as AenvsError,
@@ -22,9 +25,11 @@ from aenvs.errors import (
     EnvTimeoutError as EnvTimeoutError,
     PoolClosedError as PoolClosedError,
 )
-from aenvs.layout import step_mdp as step_mdp
-from aenvs.pool import AsyncEnvPool as AsyncEnvPool, PoolStats as PoolStats
 from aenvs.specs import EnvSpec as EnvSpec
+
+if TYPE_CHECKING:
+    from aenvs.layout import step_mdp as step_mdp
+    from aenvs.pool import AsyncEnvPool as AsyncEnvPool, PoolStats as PoolStats
 
 __version__ = "0.1.0"
 
@@ -43,3 +48,16 @@ __all__ = [
     "PoolStats",
     "step_mdp",
 ]
+
+# Names whose modules import torch load on first use, so that worker processes, which
+# import aenvs submodules to host gymnasium envs, never pay for torch.
+_LAZY = {"AsyncEnvPool": "aenvs.pool", "PoolStats": "aenvs.pool", "step_mdp": "aenvs.layout"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'aenvs' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

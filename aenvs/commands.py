@@ -7,6 +7,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from aenvs.errors import EnvCrashedError, EnvError
+
 __all__ = ["Command", "CommandKind", "Completion", "RemoteError"]
 
 
@@ -51,15 +53,28 @@ class Command:
 
 @dataclass(frozen=True, slots=True)
 class RemoteError:
-    """An exception captured where it was raised, reduced to what survives any transport."""
+    """An exception captured where it was raised, reduced to what survives any transport.
+
+    ``crashed`` marks the death of the worker hosting the env rather than an env exception.
+    """
 
     exc_type: str
     traceback: str
+    crashed: bool = False
 
     @classmethod
     def capture(cls, exc: BaseException) -> RemoteError:
         kind = type(exc)
         return cls(f"{kind.__module__}.{kind.__qualname__}", "".join(traceback.format_exception(exc)))
+
+    @classmethod
+    def worker_died(cls, description: str) -> RemoteError:
+        return cls("aenvs.errors.EnvCrashedError", f"EnvCrashedError: {description}\n", crashed=True)
+
+    def to_exception(self, env_index: int, command: str) -> EnvError:
+        """The EnvError (or EnvCrashedError) this stands for, raised for ``env_index``."""
+        cls = EnvCrashedError if self.crashed else EnvError
+        return cls(env_index, command, self.traceback, self.exc_type)
 
 
 @dataclass(slots=True)

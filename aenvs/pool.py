@@ -25,7 +25,7 @@ from tensordict import TensorDictBase
 from aenvs.batching import Batcher, Inputs
 from aenvs.commands import Command, CommandKind, Completion
 from aenvs.env import EnvState
-from aenvs.errors import EnvBusyError, EnvError, PoolClosedError
+from aenvs.errors import EnvBusyError, PoolClosedError
 from aenvs.executors import Executor, make_executor
 from aenvs.gym import EnvFn
 from aenvs.seeding import seed_chain
@@ -474,7 +474,7 @@ class AsyncEnvPool:
         self._inputs[i] = None
         self._outstanding[c.kind] -= 1
         assert c.error is not None
-        raise EnvError(i, c.kind.value, c.error.traceback, c.error.exc_type)
+        raise c.error.to_exception(i, c.kind.value)
 
     async def _recv(
         self,
@@ -633,7 +633,7 @@ class AsyncEnvPool:
         answers = [self._answers.pop(i) for i in indices]
         for c in answers:
             if c.error is not None:
-                raise EnvError(c.env_index, command.label(), c.error.traceback, c.error.exc_type)
+                raise c.error.to_exception(c.env_index, command.label())
         return [c.value for c in answers]
 
     async def call(

@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import psutil
 import pytest
 import uvloop
 
 from aenvs import AsyncEnvPool
+from aenvs.zygote import zygote_pid
 
-EXECUTORS = ["inline", "thread"]  # "process" and "ray" join when they land
+EXECUTORS = ["inline", "thread", "process"]  # "ray" joins when it lands
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "asyncio": asyncio.new_event_loop,
     "uvloop": uvloop.new_event_loop,
@@ -49,11 +52,17 @@ async def make_pool(executor: str) -> AsyncIterator[PoolFactory]:
 
 
 @pytest.fixture(autouse=True)
-def no_thread_left_behind() -> Any:
-    """After each test, every worker thread a pool started has exited."""
+def nothing_left_behind() -> Any:
+    """After each test, every worker thread and worker process a pool started is gone."""
     yield
     for thread in threading.enumerate():
-        if thread.name.startswith("aenvs-"):
+        if thread.name.startswith("aenvs-thread-"):
             thread.join(timeout=10)
-    alive = [t.name for t in threading.enumerate() if t.name.startswith("aenvs-") and t.is_alive()]
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("aenvs-thread-") and t.is_alive()]
     assert not alive, f"threads left behind: {alive}"
+    pid = zygote_pid()
+    if pid is not None:
+        deadline = time.monotonic() + 10
+        while (children := psutil.Process(pid).children()) and time.monotonic() < deadline:
+            psutil.wait_procs(children, timeout=0.5)
+        assert not psutil.Process(pid).children(), "worker processes left behind"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import threading
+import os
+import time
+import uuid
 from typing import Any
 
 import gymnasium as gym
@@ -23,20 +25,39 @@ def actions(values: list[float], env_index: list[int] | None = None) -> TensorDi
     return td
 
 
-class GatedEnv(EchoEnv):
-    """EchoEnv whose step waits (off the loop) until a shared threading.Event is set."""
+class Gate:
+    """A latch that works across threads and processes: open once the file exists."""
 
-    def __init__(self, gate: threading.Event, env_index: int = 0) -> None:
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, f"gate-{uuid.uuid4().hex}")
+
+    def open(self) -> None:
+        with open(self.path, "w"):
+            pass
+
+    def wait(self, timeout: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(self.path):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.001)
+        return True
+
+
+class GatedEnv(EchoEnv):
+    """EchoEnv whose step waits (off the loop) until the test opens its gate."""
+
+    def __init__(self, gate: Gate, env_index: int = 0) -> None:
         super().__init__(env_index=env_index)
         self.gate = gate
 
     async def step(self, td: TensorDictBase) -> TensorDictBase:  # type: ignore[override]
-        opened = await asyncio.to_thread(self.gate.wait, 30)
+        opened = await asyncio.to_thread(self.gate.wait)
         assert opened, "the test never opened the gate"
         return self._advance(td)
 
 
-def gated_env_fns(num_envs: int, gate: threading.Event) -> list[Any]:
+def gated_env_fns(num_envs: int, gate: Gate) -> list[Any]:
     def make(ctx: EnvContext) -> GatedEnv:
         return GatedEnv(gate, ctx.env_index)
 

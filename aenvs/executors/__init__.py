@@ -3,6 +3,7 @@
 ==========  ==========================================================
 ``inline``  on the event loop (coroutine envs concurrently)
 ``thread``  on worker threads (one env per thread by default)
+``process`` in worker processes, results in shared memory
 ==========  ==========================================================
 """
 
@@ -12,13 +13,22 @@ from collections.abc import Callable
 
 from aenvs.executors.base import Executor
 from aenvs.executors.inline import InlineExecutor
+from aenvs.executors.process import ProcessExecutor
 from aenvs.executors.thread import ThreadExecutor
 
-__all__ = ["Executor", "InlineExecutor", "ThreadExecutor", "make_executor", "register_executor"]
+__all__ = [
+    "Executor",
+    "InlineExecutor",
+    "ProcessExecutor",
+    "ThreadExecutor",
+    "make_executor",
+    "register_executor",
+]
 
 _FACTORIES: dict[str, Callable[..., Executor]] = {
     "inline": InlineExecutor,
     "thread": ThreadExecutor,
+    "process": ProcessExecutor,
 }
 
 

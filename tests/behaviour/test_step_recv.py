@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 import torch
 
 from aenvs import EnvBusyError
 from aenvs.testing import echo_env_fns
-from tests.helpers import actions, gated_env_fns
+from tests.helpers import Gate, actions, gated_env_fns
 
 
 async def _until_waiting(task: asyncio.Task) -> None:
@@ -20,14 +19,14 @@ async def _until_waiting(task: asyncio.Task) -> None:
     assert not task.done()
 
 
-async def test_send_returns_before_the_step_finishes(make_pool) -> None:
-    gate = threading.Event()
+async def test_send_returns_before_the_step_finishes(make_pool, tmp_path) -> None:
+    gate = Gate(str(tmp_path))
     pool = await make_pool(gated_env_fns(3, gate))
     await pool.reset()
     await pool.async_step_send(actions([1, 2, 3]))
     stats = pool.stats()
     assert stats.in_flight == 3 and stats.ready == 0
-    gate.set()
+    gate.open()
     out = await pool.async_step_recv(min_get=3)
     assert out["next", "observation"][:, 1].tolist() == [1.0, 2.0, 3.0]
 
@@ -90,32 +89,32 @@ async def test_recv_argument_errors(make_pool) -> None:
     assert out["env_index"].tolist() == [0]
 
 
-async def test_min_get_zero_polls_without_waiting(make_pool) -> None:
-    gate = threading.Event()
+async def test_min_get_zero_polls_without_waiting(make_pool, tmp_path) -> None:
+    gate = Gate(str(tmp_path))
     pool = await make_pool(gated_env_fns(2, gate))
     await pool.reset()
     await pool.async_step_send(actions([1, 1]))
     empty = await pool.async_step_recv(min_get=0)
     assert empty.batch_size == torch.Size([0])
-    gate.set()
+    gate.open()
     assert (await pool.async_step_recv(min_get=2)).batch_size == torch.Size([2])
 
 
-async def test_timeout_raises_and_loses_nothing(make_pool) -> None:
-    gate = threading.Event()
+async def test_timeout_raises_and_loses_nothing(make_pool, tmp_path) -> None:
+    gate = Gate(str(tmp_path))
     pool = await make_pool(gated_env_fns(3, gate))
     await pool.reset()
     await pool.async_step_send(actions([1, 2, 3]))
     with pytest.raises(TimeoutError):
         await pool.async_step_recv(min_get=3, timeout=0.05)
-    gate.set()
+    gate.open()
     out = await pool.async_step_recv(min_get=3)
     assert out["next", "observation"][:, 1].tolist() == [1.0, 2.0, 3.0]
 
 
 @pytest.mark.parametrize("how", ["task.cancel", "asyncio.timeout"])
-async def test_cancelled_recv_loses_nothing(make_pool, how: str) -> None:
-    gate = threading.Event()
+async def test_cancelled_recv_loses_nothing(make_pool, tmp_path, how: str) -> None:
+    gate = Gate(str(tmp_path))
     pool = await make_pool(gated_env_fns(2, gate))
     await pool.reset()
     await pool.async_step_send(actions([7, 8]))
@@ -129,7 +128,7 @@ async def test_cancelled_recv_loses_nothing(make_pool, how: str) -> None:
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(0.05):
                 await pool.async_step_recv(min_get=2)
-    gate.set()
+    gate.open()
     out = await pool.async_step_recv(min_get=2)
     assert out["next", "observation"][:, 1].tolist() == [7.0, 8.0]
 

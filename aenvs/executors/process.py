@@ -1,0 +1,316 @@
+"""The process executor: envs in worker processes, results in shared memory.
+
+```
+  pool (event loop)                                worker process k (envs i..j)
+  ─────────────────                                ────────────────────────────
+  write actions ──► shared arena (memfd) ◄── read actions, write results
+  submit ─────────► pipe: Command(env_indices) ──► runner.execute(command)
+  loop.add_reader ◄ pipe: [Completion, ...]   ◄─── (small: flags, infos, errors)
+  loop.add_reader ◄ process sentinel: death ─────► EnvCrashedError for its envs
+```
+
+Workers fork from :mod:`aenvs.zygote`, which has already imported the worker module
+(numpy and gymnasium, not torch) and unpickled the env factories, so N workers start
+in a fraction of one interpreter launch. Env factories travel with cloudpickle, so
+lambdas and closures work. Nothing global changes in the pool's process (no start
+method is set). Workers ignore SIGINT and die with the zygote, which dies with the
+pool's process. A worker's death shows as EOF on its pipe and on its pidfd at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import pickle
+import signal
+import socket
+from collections.abc import Mapping, Sequence
+from multiprocessing import reduction
+from multiprocessing.connection import Connection
+from typing import Any
+
+import cloudpickle
+
+from aenvs.commands import Command, CommandKind, Completion, RemoteError
+from aenvs.errors import EnvCrashedError
+from aenvs.executors.base import Executor
+from aenvs.gym import EnvFn
+from aenvs.shm import SharedArena
+from aenvs.specs import EnvSpec
+from aenvs.zygote import fork_worker
+
+__all__ = ["ProcessExecutor"]
+
+
+def _dumps(message: Any) -> bytes:
+    try:
+        return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # lambdas and local classes in call arguments
+        return cloudpickle.dumps(message)
+
+
+class _Worker:
+    def __init__(self, index: int, env_indices: list[int]) -> None:
+        self.index = index
+        self.env_indices = env_indices
+        self.pid = 0
+        self.pidfd = -1
+        self.conn: Connection | None = None
+        self.in_flight: dict[int, CommandKind] = {}
+        self.alive = True
+        self.built: asyncio.Future[Any] | None = None
+        self.exited: asyncio.Future[None] | None = None
+
+    def describe_death(self, why: str = "died") -> str:
+        return f"worker process {self.index} (pid {self.pid}) hosting envs {self.env_indices} {why}"
+
+    def signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, OSError):
+            if self.pidfd >= 0:
+                signal.pidfd_send_signal(self.pidfd, signum)
+            elif self.pid:
+                os.kill(self.pid, signum)
+
+
+class ProcessExecutor(Executor):
+    """Runs envs in worker processes, several envs per worker, results in shared memory.
+
+    Args:
+        num_workers: worker processes (default: ``os.cpu_count()``, at most one per env).
+        envs_per_worker: envs per worker instead (overrides ``num_workers``).
+        startup_timeout: seconds for every worker to build its envs.
+        close_timeout: seconds ``aclose`` waits for workers before SIGTERM, then SIGKILL.
+
+    Example:
+        >>> pool = AsyncEnvPool(["CartPole-v1"] * 8, executor=ProcessExecutor(num_workers=2))
+    """
+
+    name = "process"
+
+    def __init__(
+        self,
+        *,
+        num_workers: int | None = None,
+        envs_per_worker: int | None = None,
+        startup_timeout: float = 60.0,
+        close_timeout: float = 5.0,
+    ) -> None:
+        super().__init__()
+        for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        self.num_workers = num_workers
+        self.envs_per_worker = envs_per_worker
+        self.startup_timeout = startup_timeout
+        self.close_timeout = close_timeout
+        self._workers: list[_Worker] = []
+        self._worker_of: list[_Worker] = []
+        self._arena: SharedArena | None = None
+        self._closing = False
+
+    def _plan(self, num_envs: int) -> list[list[int]]:
+        if self.envs_per_worker is not None:
+            per = self.envs_per_worker
+        else:
+            per = math.ceil(num_envs / min(self.num_workers or os.cpu_count() or 1, num_envs))
+        return [list(range(i, min(i + per, num_envs))) for i in range(0, num_envs, per)]
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the workers (for monitoring and fault injection)."""
+        return [w.pid for w in self._workers if w.pid]
+
+    # -- start ------------------------------------------------------------------------
+
+    async def start(
+        self,
+        env_fns: Sequence[EnvFn],
+        *,
+        seeds: Sequence[int | None],
+        make_kwargs: Mapping[int, Mapping[str, Any]] | None = None,
+    ) -> list[EnvSpec]:
+        loop = self._bind_loop()
+        num_envs = len(env_fns)
+        self._workers = [_Worker(k, ids) for k, ids in enumerate(self._plan(num_envs))]
+        self._worker_of = [w for w in self._workers for _ in w.env_indices]
+        try:
+            # starting processes blocks (the forkserver's first start imports modules): off the loop
+            await asyncio.to_thread(self._spawn_all, env_fns, seeds, make_kwargs or {}, num_envs)
+            for worker in self._workers:
+                assert worker.conn is not None
+                worker.built = loop.create_future()
+                worker.exited = loop.create_future()
+                loop.add_reader(worker.conn.fileno(), self._on_readable, worker)
+                if worker.pidfd >= 0:
+                    loop.add_reader(worker.pidfd, self._on_exit, worker)
+            async with asyncio.timeout(self.startup_timeout):
+                results = await asyncio.gather(
+                    *(w.built for w in self._workers if w.built), return_exceptions=True
+                )
+            failures = [r for r in results if isinstance(r, BaseException)]
+            if failures:
+                raise failures[0]
+            specs_by_env: dict[int, EnvSpec] = {}
+            for result in results:
+                assert not isinstance(result, BaseException)
+                specs_by_env.update(result)
+            specs = [specs_by_env[i] for i in range(num_envs)]
+            self._arena = arena = SharedArena.create(specs)
+            for worker in self._workers:
+                assert worker.conn is not None
+                worker.conn.send_bytes(_dumps((specs, arena.size)))
+                reduction.send_handle(worker.conn, arena.fd, worker.pid)
+            arena.close_fd()
+            self.buffers = arena.buffers
+            return specs
+        except BaseException:
+            self.kill()
+            raise
+
+    def _spawn_all(
+        self,
+        env_fns: Sequence[EnvFn],
+        seeds: Sequence[int | None],
+        make_kwargs: Mapping[int, Any],
+        num_envs: int,
+    ) -> None:
+        for worker in self._workers:
+            ids = worker.env_indices
+            payload = cloudpickle.dumps(
+                (
+                    {i: env_fns[i] for i in ids},
+                    {i: seeds[i] for i in ids},
+                    {i: make_kwargs.get(i) for i in ids},
+                )
+            )
+            ours, theirs = socket.socketpair()
+            try:
+                worker.pid = fork_worker(payload, worker.index, num_envs, theirs.fileno())
+            finally:
+                theirs.close()
+            worker.conn = Connection(ours.detach())
+            if hasattr(os, "pidfd_open"):
+                with contextlib.suppress(OSError):
+                    worker.pidfd = os.pidfd_open(worker.pid)
+
+    # -- completions --------------------------------------------------------------------
+
+    def _on_readable(self, worker: _Worker) -> None:
+        conn = worker.conn
+        if conn is None:
+            return
+        try:
+            while conn.poll():
+                message = pickle.loads(conn.recv_bytes())
+                if worker.built is not None and not worker.built.done():
+                    tag, value = message
+                    if tag == "built":
+                        worker.built.set_result(value)
+                    else:
+                        worker.built.set_exception(value)
+                    continue
+                for completion in message:
+                    worker.in_flight.pop(completion.env_index, None)
+                self._push(message)
+        except (EOFError, OSError):
+            self._lost(worker)
+        except Exception as exc:  # a message we cannot read: the worker cannot be trusted any more
+            worker.signal(signal.SIGKILL)
+            self._lost(worker, f"sent a message that could not be read ({exc!r})")
+
+    def _on_exit(self, worker: _Worker) -> None:
+        self._on_readable(worker)  # what it sent before dying is not lost
+        self._lost(worker)
+
+    def _lost(self, worker: _Worker, why: str = "died") -> None:
+        if not worker.alive:
+            return
+        worker.alive = False
+        self._unwatch(worker)
+        description = worker.describe_death(why)
+        if worker.built is not None and not worker.built.done():
+            first = worker.env_indices[0]
+            worker.built.set_exception(EnvCrashedError(first, "make", f"EnvCrashedError: {description}\n"))
+        if worker.exited is not None and not worker.exited.done():
+            worker.exited.set_result(None)
+        if self._closing:
+            return
+        error = RemoteError.worker_died(description)
+        lost = [Completion(i, kind, error=error) for i, kind in worker.in_flight.items()]
+        worker.in_flight.clear()
+        if lost:
+            self._push(lost)
+
+    def _unwatch(self, worker: _Worker) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        if worker.conn is not None and not worker.conn.closed:
+            loop.remove_reader(worker.conn.fileno())
+        if worker.pidfd >= 0:
+            loop.remove_reader(worker.pidfd)
+
+    # -- commands -------------------------------------------------------------------------
+
+    def submit(self, command: Command) -> None:
+        by_worker: dict[int, list[int]] = {}
+        for i in command.env_indices:
+            by_worker.setdefault(self._worker_of[i].index, []).append(i)
+        whole = len(by_worker) == 1
+        for index, env_indices in by_worker.items():
+            worker = self._workers[index]
+            if not worker.alive:
+                error = RemoteError.worker_died(worker.describe_death())
+                dead = [Completion(i, command.kind, error=error) for i in env_indices]
+                assert self._loop is not None
+                self._loop.call_soon(self._push, dead)
+                continue
+            for i in env_indices:
+                worker.in_flight[i] = command.kind
+            assert worker.conn is not None
+            try:
+                worker.conn.send_bytes(_dumps(command if whole else command.subset(env_indices)))
+            except OSError:
+                pass  # the worker died: its pidfd / pipe EOF reports the envs in flight
+
+    # -- closing ----------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        self._closing = True
+        try:
+            for worker in self._workers:
+                if worker.alive and worker.conn is not None:
+                    try:
+                        worker.conn.send_bytes(_dumps(None))
+                    except OSError:
+                        pass
+            await self._wait_exit(self.close_timeout)
+            for worker in self._workers:
+                if worker.alive:
+                    worker.signal(signal.SIGTERM)
+            await self._wait_exit(1.0)
+        finally:
+            self.kill()
+
+    async def _wait_exit(self, timeout: float) -> None:
+        pending = [
+            w.exited for w in self._workers if w.alive and w.exited is not None and not w.exited.done()
+        ]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
+
+    def kill(self) -> None:
+        self._closing = True
+        for worker in self._workers:
+            self._unwatch(worker)
+            worker.signal(signal.SIGKILL)  # a no-op for workers that already exited
+            worker.alive = False
+            if worker.conn is not None:
+                worker.conn.close()
+            if worker.pidfd >= 0:
+                os.close(worker.pidfd)
+                worker.pidfd = -1
+        self._workers = []
+        self._arena = None
