@@ -26,6 +26,7 @@ import struct
 import subprocess
 import sys
 import threading
+import traceback
 from typing import Any
 
 __all__ = ["fork_worker", "serve", "zygote_pid"]
@@ -158,6 +159,7 @@ def serve(fd: int) -> None:
                 worker_main(pipe_fd, env_fns, worker_index, num_envs)
             except BaseException:
                 code = 1
+                traceback.print_exc()
             finally:
                 with contextlib.suppress(BaseException):
                     sys.stdout.flush()

@@ -143,6 +143,9 @@ class ProcessExecutor(Executor):
                 worker.built = loop.create_future()
                 worker.exited = loop.create_future()
                 loop.add_reader(worker.conn.fileno(), self._on_readable, worker)
+                # uvloop makes watched fds non-blocking; Connection needs blocking ones for
+                # messages larger than the socket buffer (a reader only runs once data is there)
+                os.set_blocking(worker.conn.fileno(), True)
                 if worker.pidfd >= 0:
                     loop.add_reader(worker.pidfd, self._on_exit, worker)
             async with asyncio.timeout(self.startup_timeout):

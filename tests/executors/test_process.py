@@ -1,0 +1,218 @@
+"""What only the process executor has: workers, shared memory, crashes, cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import gymnasium as gym
+import psutil
+import pytest
+import torch
+
+from aenvs import AsyncEnvPool, EnvCrashedError
+from aenvs.executors import ProcessExecutor
+from aenvs.testing import echo_env_fns
+from tests.helpers import Gate, actions, gated_env_fns
+
+
+def _shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def _assert_gone(pids: list[int], timeout: float = 5.0) -> None:
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    assert not alive, f"worker processes still alive: {[p.pid for p in alive]}"
+
+
+async def test_lambda_factories_travel_by_value() -> None:
+    size = 3
+    async with AsyncEnvPool([lambda: gym.make("CartPole-v1")] * 2, executor="process") as pool:
+        td = await pool.reset()
+        assert td["observation"].shape == (2, 4)
+        closure = await pool.get_attr("spec")
+        assert closure[0].id == "CartPole-v1"
+    async with AsyncEnvPool(
+        lambda: gym.make("MountainCar-v0", max_episode_steps=size), num_envs=2, executor="process"
+    ) as pool:
+        assert (await pool.reset())["observation"].shape == (2, 2)
+
+
+async def test_several_envs_per_worker_one_message_each() -> None:
+    executor = ProcessExecutor(envs_per_worker=3)
+    async with AsyncEnvPool(echo_env_fns(5), executor=executor) as pool:
+        assert len(executor.pids) == 2
+        await pool.reset()
+        out = await pool.step(actions([1, 2, 3, 4, 5]))
+        assert out["next", "observation"][:, 0].tolist() == [0, 1, 2, 3, 4]
+        assert out["next", "observation"][:, 1].tolist() == [1, 2, 3, 4, 5]
+        assert await pool.call("_delay") == [0.0] * 5
+
+
+async def test_default_spreads_envs_over_the_cores() -> None:
+    executor = ProcessExecutor()
+    async with AsyncEnvPool(echo_env_fns(8), executor=executor):
+        assert len(executor.pids) == min(os.cpu_count() or 1, 8)
+
+
+async def test_auto_reset_happens_in_the_worker() -> None:
+    async with AsyncEnvPool(
+        echo_env_fns(2, episode_length=1), executor=ProcessExecutor(num_workers=1)
+    ) as pool:
+        td = await pool.reset()
+        td["action"] = torch.ones(2, 1, dtype=torch.float64)
+        for round_ in range(1, 4):
+            out, td = await pool.step_and_maybe_reset(td)
+            td["action"] = torch.ones(2, 1, dtype=torch.float64)
+            assert out["next", "done"].all()
+            assert td["observation"][:, 2].tolist() == [0.0, 0.0]
+            # the pool sent no reset command: the worker's env counted each reset itself
+            assert await pool.get_attr("resets") == [round_ + 1] * 2
+
+
+async def test_large_observations_and_specs_travel() -> None:
+    """4x84x84 uint8 frames through shared memory; specs larger than a socket buffer (uvloop)."""
+
+    class Pixels(gym.Env):
+        observation_space = gym.spaces.Box(0, 255, (4, 84, 84), "uint8")
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            import numpy as np
+
+            return np.full((4, 84, 84), 7, np.uint8), {}
+
+        def step(self, action):
+            import numpy as np
+
+            return np.full((4, 84, 84), action, np.uint8), 1.0, False, False, {}
+
+    async with AsyncEnvPool([Pixels] * 4, executor=ProcessExecutor(num_workers=2)) as pool:
+        assert int((await pool.reset())["observation"].sum()) == 7 * 4 * 4 * 84 * 84
+        td = await pool.step(torch.stack([actions_discrete(v) for v in (0, 1, 0, 1)]))
+        assert td["next", "observation"].flatten(1).amax(1).tolist() == [0, 1, 0, 1]
+
+
+def actions_discrete(value: int):
+    from tensordict import TensorDict
+
+    return TensorDict(action=torch.tensor(value))
+
+
+async def test_sigkill_mid_step_is_env_crashed_for_exactly_its_envs(tmp_path) -> None:
+    gate = Gate(str(tmp_path))
+    executor = ProcessExecutor(num_workers=2)
+    async with AsyncEnvPool(gated_env_fns(4, gate), executor=executor) as pool:
+        await pool.reset()
+        await pool.async_step_send(actions([1, 2, 3, 4]))
+        victim = executor.pids[0]  # hosts envs 0 and 1
+        started = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        crashed = []
+        async with asyncio.timeout(1.0):
+            for _ in range(2):
+                with pytest.raises(EnvCrashedError) as info:
+                    await pool.async_step_recv(min_get=1)
+                crashed.append(info.value.env_index)
+                assert f"pid {victim}" in str(info.value)
+        assert sorted(crashed) == [0, 1]
+        assert time.monotonic() - started < 1.0
+        gate.open()
+        out = await pool.async_step_recv(min_get=2)
+        assert out["env_index"].tolist() == [2, 3]
+        assert out["next", "observation"][:, 1].tolist() == [3.0, 4.0]
+        await pool.async_step_send(actions([1], env_index=[0]))  # a dead worker answers at once
+        with pytest.raises(EnvCrashedError):
+            await pool.async_step_recv(timeout=1)
+        await pool.step(actions([5, 6], env_index=[2, 3]))  # the other worker still steps
+    _assert_gone([victim, *executor.pids])
+
+
+@pytest.mark.parametrize("situation", ["idle", "after-crash", "hung-step"])
+async def test_close_leaves_no_process_and_no_shared_memory(tmp_path, situation: str) -> None:
+    before = _shm_entries()
+    gate = Gate(str(tmp_path))  # never opened: a step sent to it hangs
+    executor = ProcessExecutor(num_workers=2, close_timeout=0.5)
+    pool = AsyncEnvPool(gated_env_fns(4, gate), executor=executor)
+    await pool.start()
+    pids = list(executor.pids)
+    await pool.reset()
+    if situation != "idle":
+        await pool.async_step_send(actions([1, 2, 3, 4]))
+    if situation == "after-crash":
+        os.kill(pids[1], signal.SIGKILL)
+    started = time.monotonic()
+    await pool.aclose()
+    assert time.monotonic() - started < 3.0
+    _assert_gone(pids)
+    assert _shm_entries() <= before
+
+
+def _run_script(body: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    script = "import asyncio, os, sys, time\nfrom aenvs import AsyncEnvPool\nfrom aenvs.executors import ProcessExecutor\n"
+    script += textwrap.dedent(body)
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=os.getcwd(),
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+
+
+def test_dropped_pool_does_not_hang_interpreter_exit(tmp_path) -> None:
+    body = f"""
+    from tests.helpers import Gate, actions, gated_env_fns
+    async def main():
+        executor = ProcessExecutor(num_workers=2)
+        pool = AsyncEnvPool(gated_env_fns(2, Gate({str(tmp_path)!r})), executor=executor)
+        await pool.start()
+        await pool.reset()
+        await pool.async_step_send(actions([1, 1]))   # hangs: the gate never opens
+        print(*executor.pids, flush=True)
+        return pool                                  # dropped, never closed
+    if __name__ == "__main__":
+        keep = asyncio.run(main())
+    """
+    result = _run_script(body, timeout=60)
+    assert result.returncode == 0, result.stderr
+    _assert_gone([int(p) for p in result.stdout.split()])
+
+
+def test_workers_die_with_a_killed_parent(tmp_path) -> None:
+    body = f"""
+    from tests.helpers import Gate, actions, gated_env_fns
+    async def main():
+        executor = ProcessExecutor(num_workers=2)
+        async with AsyncEnvPool(gated_env_fns(2, Gate({str(tmp_path)!r})), executor=executor) as pool:
+            await pool.reset()
+            await pool.async_step_send(actions([1, 1]))
+            print(*executor.pids, flush=True)
+            await asyncio.sleep(60)
+    asyncio.run(main())
+    """
+    script = "import asyncio\nfrom aenvs import AsyncEnvPool\nfrom aenvs.executors import ProcessExecutor\n"
+    with subprocess.Popen(
+        [sys.executable, "-c", script + textwrap.dedent(body)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    ) as proc:
+        assert proc.stdout is not None
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) == 2
+        proc.kill()
+        proc.wait(timeout=10)
+    _assert_gone(pids, timeout=10)
