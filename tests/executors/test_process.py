@@ -11,9 +11,11 @@ import textwrap
 import time
 
 import gymnasium as gym
+import numpy as np
 import psutil
 import pytest
 import torch
+from tensordict import TensorDict
 
 from aenvs import AsyncEnvPool, EnvCrashedError
 from aenvs.executors import ProcessExecutor
@@ -85,29 +87,19 @@ async def test_large_observations_and_specs_travel() -> None:
     """4x84x84 uint8 frames through shared memory; specs larger than a socket buffer (uvloop)."""
 
     class Pixels(gym.Env):
-        observation_space = gym.spaces.Box(0, 255, (4, 84, 84), "uint8")
+        observation_space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
         action_space = gym.spaces.Discrete(2)
 
         def reset(self, *, seed=None, options=None):
-            import numpy as np
-
             return np.full((4, 84, 84), 7, np.uint8), {}
 
         def step(self, action):
-            import numpy as np
-
             return np.full((4, 84, 84), action, np.uint8), 1.0, False, False, {}
 
     async with AsyncEnvPool([Pixels] * 4, executor=ProcessExecutor(num_workers=2)) as pool:
         assert int((await pool.reset())["observation"].sum()) == 7 * 4 * 4 * 84 * 84
-        td = await pool.step(torch.stack([actions_discrete(v) for v in (0, 1, 0, 1)]))
+        td = await pool.step(TensorDict(action=torch.tensor([0, 1, 0, 1]), batch_size=[4]))
         assert td["next", "observation"].flatten(1).amax(1).tolist() == [0, 1, 0, 1]
-
-
-def actions_discrete(value: int):
-    from tensordict import TensorDict
-
-    return TensorDict(action=torch.tensor(value))
 
 
 async def test_sigkill_mid_step_is_env_crashed_for_exactly_its_envs(tmp_path) -> None:
