@@ -94,3 +94,23 @@ class Completion:
     done: bool = False
     was_reset: bool = False
     value: Any = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # positional and trimmed: a step's completion crosses a pipe as a handful of bytes
+        fields = (
+            self.env_index,
+            self.kind,
+            self.error,
+            self.extras,
+            self.reset_extras,
+            self.done,
+            self.was_reset,
+            self.value,
+        )
+        end = len(fields)
+        while end > 2 and fields[end - 1] is _COMPLETION_DEFAULTS[end - 1]:
+            end -= 1
+        return (Completion, fields[:end])
+
+
+_COMPLETION_DEFAULTS = (None, None, None, None, None, False, False, None)

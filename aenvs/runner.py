@@ -27,6 +27,7 @@ __all__ = ["EnvRunner", "drive"]
 
 T = TypeVar("T")
 _REWARD, _DONE, _TERMINATED, _TRUNCATED = ("reward",), ("done",), ("terminated",), ("truncated",)
+_FLAGS = (_DONE, _TERMINATED, _TRUNCATED)
 
 
 def drive(coro: Coroutine[Any, Any, T]) -> T:
@@ -43,6 +44,21 @@ def drive(coro: Coroutine[Any, Any, T]) -> T:
 class _Slot:
     adapter: Any
     rows: EnvRows | None = None
+    # the step's scalar rows, looked up once: written for every env on every step
+    reward: np.ndarray | None = None
+    terminated: np.ndarray | None = None
+    truncated: np.ndarray | None = None
+    done: np.ndarray | None = None
+    reset_flags: tuple[np.ndarray, ...] = ()
+    carry: tuple[tuple[np.ndarray, np.ndarray], ...] = ()  # (reset row, step row) per observation leaf
+
+    def attach(self, rows: EnvRows) -> None:
+        self.rows = rows
+        step = rows.step
+        self.reward, self.done = step[_REWARD], step[_DONE]
+        self.terminated, self.truncated = step[_TERMINATED], step[_TRUNCATED]
+        self.reset_flags = (rows.reset[_DONE], rows.reset[_TERMINATED], rows.reset[_TRUNCATED])
+        self.carry = tuple((view, step[key]) for key, view in rows.reset.items() if key not in _FLAGS)
 
 
 class EnvRunner:
@@ -92,7 +108,7 @@ class EnvRunner:
     def attach(self, rows: Mapping[int, EnvRows]) -> None:
         """Give each env the buffer rows its results go to and its actions come from."""
         for i, slot in self._slots.items():
-            slot.rows = rows[i]
+            slot.attach(rows[i])
 
     def is_async(self, env_index: int) -> bool:
         return self._slots[env_index].adapter.is_async
@@ -121,17 +137,17 @@ class EnvRunner:
                 if type(out) is not Outcome:  # an async env's coroutine
                     out = await out
                 done = out.terminated or out.truncated
-                completion = Completion(i, kind, extras=self._write_step(slot.rows, out, done), done=done)
+                completion = Completion(i, kind, extras=self._write_step(slot, out, done), done=done)
                 if kind is CommandKind.STEP_AND_RESET:
                     if done:
                         out = adapter.reset(None, None)
                         if type(out) is not Outcome:
                             out = await out
-                        completion.reset_extras = self._write_reset(slot.rows, out)
+                        completion.reset_extras = self._write_reset(slot, out)
                         completion.was_reset = True
-                    else:
-                        for key, view in slot.rows.reset.items():
-                            view[...] = slot.rows.step[key]
+                    else:  # the next observation is the step's (flags stay False: the episode goes on)
+                        for reset_row, step_row in slot.carry:
+                            reset_row[...] = step_row
                         completion.reset_extras = completion.extras
                 return completion
             if kind is CommandKind.RESET:
@@ -140,7 +156,7 @@ class EnvRunner:
                 out = adapter.reset(seed, command.options)
                 if type(out) is not Outcome:  # an async env's coroutine
                     out = await out
-                return Completion(i, kind, extras=self._write_reset(slot.rows, out))
+                return Completion(i, kind, extras=self._write_reset(slot, out))
             if kind is CommandKind.SEED:
                 value = await _resolve(adapter.seed(command.seeds.get(i) if command.seeds else None))
             elif kind is CommandKind.CALL:
@@ -165,27 +181,30 @@ class EnvRunner:
                     extras = {}
                 extras[key] = value
                 continue
-            if np.shape(value) != view.shape:
+            shape = value.shape if type(value) is np.ndarray else np.shape(value)
+            if shape != view.shape:
                 raise ValueError(
-                    f"the env returned {'.'.join(key)!r} with shape {tuple(np.shape(value))}, "
+                    f"the env returned {'.'.join(key)!r} with shape {tuple(shape)}, "
                     f"but its space says {tuple(view.shape)}"
                 )
             view[...] = value
         return extras
 
-    def _write_reset(self, rows: EnvRows, out: Outcome) -> dict[Key, Any] | None:
-        extras = self._write(rows.reset, out.items)
-        reset = rows.reset
-        reset[_DONE][0] = reset[_TERMINATED][0] = reset[_TRUNCATED][0] = False
+    def _write_reset(self, slot: _Slot, out: Outcome) -> dict[Key, Any] | None:
+        assert slot.rows is not None
+        extras = self._write(slot.rows.reset, out.items)
+        for flag in slot.reset_flags:
+            flag[0] = False
         return _with_info(extras, out.info)
 
-    def _write_step(self, rows: EnvRows, out: Outcome, done: bool) -> dict[Key, Any] | None:
-        extras = self._write(rows.step, out.items)
-        step = rows.step
-        step[_REWARD][0] = out.reward
-        step[_TERMINATED][0] = out.terminated
-        step[_TRUNCATED][0] = out.truncated
-        step[_DONE][0] = done
+    def _write_step(self, slot: _Slot, out: Outcome, done: bool) -> dict[Key, Any] | None:
+        assert slot.rows is not None and slot.reward is not None and slot.done is not None
+        assert slot.terminated is not None and slot.truncated is not None
+        extras = self._write(slot.rows.step, out.items)
+        slot.reward[0] = out.reward
+        slot.terminated[0] = out.terminated
+        slot.truncated[0] = out.truncated
+        slot.done[0] = done
         return _with_info(extras, out.info)
 
     async def aclose(self) -> None:

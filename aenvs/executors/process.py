@@ -204,19 +204,22 @@ class ProcessExecutor(Executor):
         conn = worker.conn
         if conn is None:
             return
+        # One message per call: the loop calls again while the pipe stays readable, so no
+        # extra poll() syscalls; the fd is blocking, so a message that is still arriving is
+        # read whole.
         try:
-            while conn.poll():
-                message = pickle.loads(conn.recv_bytes())
-                if worker.built is not None and not worker.built.done():
-                    tag, value = message
-                    if tag == "built":
-                        worker.built.set_result(value)
-                    else:
-                        worker.built.set_exception(value)
-                    continue
-                for completion in message:
-                    worker.in_flight.pop(completion.env_index, None)
-                self._push(message)
+            message = pickle.loads(conn.recv_bytes())
+            if worker.built is not None and not worker.built.done():
+                tag, value = message
+                if tag == "built":
+                    worker.built.set_result(value)
+                else:
+                    worker.built.set_exception(value)
+                return
+            in_flight = worker.in_flight
+            for completion in message:
+                in_flight.pop(completion.env_index, None)
+            self._push(message)
         except (EOFError, OSError):
             self._lost(worker)
         except Exception as exc:  # a message we cannot read: the worker cannot be trusted any more
@@ -224,7 +227,9 @@ class ProcessExecutor(Executor):
             self._lost(worker, f"sent a message that could not be read ({exc!r})")
 
     def _on_exit(self, worker: _Worker) -> None:
-        self._on_readable(worker)  # what it sent before dying is not lost
+        conn = worker.conn
+        while worker.alive and conn is not None and not conn.closed and conn.poll():
+            self._on_readable(worker)  # what it sent before dying is not lost
         self._lost(worker)
 
     def _lost(self, worker: _Worker, why: str = "died") -> None:
