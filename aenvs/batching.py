@@ -115,6 +115,11 @@ class Batcher:
             {leaf.key: _torch_dtype(leaf.dtype) for leaf in s.action_leaves} for s in specs
         ]
         self._all_rows = list(range(len(specs)))
+        self._arange = torch.arange(len(specs))
+        self._dense_plan = (
+            [(k, b) for k, b in self._groups[0][0].items()],
+            [(k, b) for k, b in self._groups[0][1].items()],
+        )
 
     # -- actions in ---------------------------------------------------------------
 
@@ -185,31 +190,41 @@ class Batcher:
 
     # -- results out --------------------------------------------------------------
 
-    def _rows(self, env_indices: Sequence[int], which: int) -> TensorDictBase:
-        """The fixed-shape results of ``env_indices``: 0 for reset, 1 for step buffers."""
-        if self.dense:
-            buffers = self._groups[0][which]
-            if list(env_indices) == self._all_rows:
-                source = {k: b.clone() for k, b in buffers.items()}
+    def _dense_source(self, env_indices: Sequence[int], which: int) -> dict[str, Any]:
+        """Copies of the rows of ``env_indices`` (0: reset buffers, 1: step buffers), nested."""
+        index = None if env_indices == self._all_rows else torch.tensor(env_indices, dtype=torch.long)
+        source: dict[str, Any] = {}
+        for key, buf in self._dense_plan[which]:
+            value = buf.clone() if index is None else torch.index_select(buf, 0, index)
+            if len(key) == 1:
+                source[key[0]] = value
             else:
-                index = torch.as_tensor(env_indices, dtype=torch.long)
-                source = {k: b[index] for k, b in buffers.items()}
-            return TensorDict(source, batch_size=[len(env_indices)])
+                node = source
+                for part in key[:-1]:
+                    node = node.setdefault(part, {})
+                node[key[-1]] = value
+        return source
+
+    def _lazy_rows(self, env_indices: Sequence[int], which: int) -> TensorDictBase:
         per_env = []
         for i in env_indices:
             group, row = self._location[i]
             per_env.append(TensorDict({k: b[row].clone() for k, b in self._groups[group][which].items()}, []))
         return lazy_stack(per_env)
 
-    def _with_extras(self, td: TensorDictBase, extras: Sequence[Mapping[Key, Any] | None]) -> TensorDictBase:
-        if not any(extras):
+    def _rows(
+        self, env_indices: Sequence[int], which: int, extras: Sequence[Mapping[Key, Any] | None]
+    ) -> TensorDictBase:
+        """The results of ``env_indices`` as one TensorDict (with their extra entries)."""
+        if not self.dense:
+            td = self._lazy_rows(env_indices, which)
+            for env_td, env_extras in zip(td.tensordicts, extras, strict=True):
+                if env_extras:
+                    env_td.update({k: to_td_value(v) for k, v in _nest(env_extras).items()})
             return td
-        if self.dense:
+        td = _batch(self._dense_source(env_indices, which), len(env_indices))
+        if any(extras):
             _stack_extras(td, extras)
-            return td
-        for env_td, env_extras in zip(td.tensordicts, extras, strict=True):
-            if env_extras:
-                env_td.update({k: to_td_value(v) for k, v in _nest(env_extras).items()})
         return td
 
     def _inputs(self, inputs: Sequence[Inputs]) -> TensorDictBase:
@@ -217,7 +232,7 @@ class Batcher:
         if all(td is first for td, _ in inputs):
             rows = [row for _, row in inputs]
             if rows == list(range(first.batch_size[0])):
-                return first.copy()
+                return first
             return first[torch.as_tensor(rows, dtype=torch.long)]
         parts = [td[row] for td, row in inputs]
         return maybe_dense_stack(parts) if self.dense else lazy_stack(parts)
@@ -226,28 +241,42 @@ class Batcher:
         """The result of a receive that found nothing (``min_get=0``)."""
         return TensorDict({"env_index": torch.zeros(0, dtype=torch.long)}, batch_size=[0])
 
+    def _env_index(self, indices: list[int]) -> torch.Tensor:
+        if indices == self._all_rows:
+            return self._arange.clone()
+        return torch.tensor(indices, dtype=torch.long)
+
     def reset_batch(self, completions: Sequence[Completion]) -> TensorDictBase:
         indices = [c.env_index for c in completions]
-        td = self._with_extras(self._rows(indices, 0), [c.extras for c in completions])
-        td.set("env_index", torch.as_tensor(indices, dtype=torch.long))
+        td = self._rows(indices, 0, [c.extras for c in completions])
+        td.set("env_index", self._env_index(indices))
         return td
 
     def step_batch(self, completions: Sequence[Completion], inputs: Sequence[Inputs]) -> TensorDictBase:
+        """TorchRL's step layout: the sent entries at the root, the results under "next"."""
         indices = [c.env_index for c in completions]
-        out = self._inputs(inputs)
-        if not self.dense and not hasattr(out, "tensordicts"):
-            out = lazy_stack(list(out.unbind(0)))
-        nxt = self._with_extras(self._rows(indices, 1), [c.extras for c in completions])
+        env_index = self._env_index(indices)
+        nxt = self._rows(indices, 1, [c.extras for c in completions])
+        sent = self._inputs(inputs)
+        if self.dense:
+            return _batch({**dict(sent.items()), "next": nxt, "env_index": env_index}, len(indices))
+        out = sent.copy() if hasattr(sent, "tensordicts") else lazy_stack(list(sent.unbind(0)))
         out.set("next", nxt)
-        out.set("env_index", torch.as_tensor(indices, dtype=torch.long))
+        out.set("env_index", env_index)
         return out
 
     def step_and_reset_batch(
         self, completions: Sequence[Completion], inputs: Sequence[Inputs]
     ) -> tuple[TensorDictBase, TensorDictBase]:
+        """``step_batch``, and the next step's input: reset observations where an episode ended."""
         out = self.step_batch(completions, inputs)
-        nxt = self._with_extras(
-            self._rows(out["env_index"].tolist(), 0), [c.reset_extras for c in completions]
-        )
-        nxt.set("env_index", out["env_index"].clone())
+        indices = [c.env_index for c in completions]
+        nxt = self._rows(indices, 0, [c.reset_extras for c in completions])
+        nxt.set("env_index", self._env_index(indices))
         return out, nxt
+
+
+def _batch(source: dict[str, Any], batch: int) -> TensorDict:
+    # Every entry was just copied out of a buffer (or is a TensorDict built here) with the
+    # right leading dim, so the constructor's checks can be skipped: they cost half a batch.
+    return TensorDict._new_unsafe(source, batch_size=torch.Size([batch]))

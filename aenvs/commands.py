@@ -9,7 +9,7 @@ from typing import Any
 
 from aenvs.errors import EnvCrashedError, EnvError
 
-__all__ = ["Command", "CommandKind", "Completion", "RemoteError"]
+__all__ = ["TRANSITIONS", "Command", "CommandKind", "Completion", "RemoteError"]
 
 
 class CommandKind(enum.Enum):
@@ -24,7 +24,10 @@ class CommandKind(enum.Enum):
     @property
     def is_transition(self) -> bool:
         """Whether results of this kind are collected with a ``recv`` (and stacked)."""
-        return self in (CommandKind.RESET, CommandKind.STEP, CommandKind.STEP_AND_RESET)
+        return self in TRANSITIONS
+
+
+TRANSITIONS = frozenset({CommandKind.RESET, CommandKind.STEP, CommandKind.STEP_AND_RESET})
 
 
 @dataclass(slots=True)

@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 
 from aenvs.env import Env, EnvContext
-from aenvs.specs import EnvSpec, Key, action_from_rows, flatten_value, observation_root
+from aenvs.specs import EnvSpec, Key, action_reader, flatten_value, observation_root
 
 __all__ = ["EnvFn", "GymAdapter", "Outcome", "build_env", "make_adapter"]
 
@@ -77,6 +77,8 @@ class GymAdapter:
         self._obs_root = observation_root(self._obs_space)
         self._flat_obs = isinstance(self._obs_space, gym.spaces.Box | gym.spaces.Discrete)
         self._action_space = env.action_space
+        self._actions: Mapping[Key, np.ndarray] | None = None
+        self._read_action: Callable[[int], Any] = lambda row: None
 
     def _items(self, obs: Any) -> list[tuple[Key, Any]]:
         if self._flat_obs:
@@ -88,8 +90,10 @@ class GymAdapter:
         return Outcome(self._items(obs), info=info)
 
     def step(self, actions: Mapping[Key, np.ndarray], row: int) -> Outcome:
-        action = action_from_rows(self._action_space, actions, row, ("action",))
-        obs, reward, terminated, truncated, info = self.env.step(action)
+        if self._actions is not actions:  # first step: compile the reader for these buffers
+            self._read_action = action_reader(self._action_space, actions)
+            self._actions = actions
+        obs, reward, terminated, truncated, info = self.env.step(self._read_action(row))
         return Outcome(self._items(obs), float(reward), bool(terminated), bool(truncated), info)
 
     def seed(self, seed: int | None) -> None:

@@ -23,7 +23,7 @@ import torch
 from tensordict import TensorDictBase
 
 from aenvs.batching import Batcher, Inputs
-from aenvs.commands import Command, CommandKind, Completion
+from aenvs.commands import TRANSITIONS, Command, CommandKind, Completion
 from aenvs.env import EnvState
 from aenvs.errors import EnvBusyError, PoolClosedError
 from aenvs.executors import Executor, make_executor
@@ -118,6 +118,7 @@ class AsyncEnvPool:
             raise ValueError(f"stack must be 'dense', 'lazy' or 'auto', got {stack!r}")
         self._env_fns = _normalize_env_fns(env_fns, num_envs)
         n = len(self._env_fns)
+        self._all_envs = list(range(n))
         self._executor = make_executor(executor, envs_per_worker=envs_per_worker, num_workers=num_workers)
         self._stack: StackMode = stack
         if make_kwargs is None or isinstance(make_kwargs, Mapping):
@@ -296,18 +297,20 @@ class AsyncEnvPool:
         if env_index is None:
             return None
         if isinstance(env_index, torch.Tensor):
-            indices = env_index.reshape(-1).tolist()
+            indices = env_index.tolist() if env_index.dim() == 1 else env_index.reshape(-1).tolist()
         elif isinstance(env_index, int):
             indices = [env_index]
         else:
             indices = [int(i) for i in env_index]
-        seen: set[int] = set()
-        for i in indices:
-            if not 0 <= i < self.num_envs:
-                raise IndexError(f"env index {i} is out of range for a pool of {self.num_envs} envs")
-            if i in seen:
-                raise ValueError(f"env index {i} appears more than once")
-            seen.add(i)
+        if indices == self._all_envs:
+            return self._all_envs  # shared, never mutated
+        if indices and (min(indices) < 0 or max(indices) >= self.num_envs):
+            bad = next(i for i in indices if not 0 <= i < self.num_envs)
+            raise IndexError(f"env index {bad} is out of range for a pool of {self.num_envs} envs")
+        if len(set(indices)) != len(indices):
+            seen: set[int] = set()
+            bad = next(i for i in indices if i in seen or seen.add(i))
+            raise ValueError(f"env index {bad} appears more than once")
         return indices
 
     def _targets(self, td: TensorDictBase | None, env_index: EnvIndex | None) -> list[int]:
@@ -320,7 +323,7 @@ class AsyncEnvPool:
                     f"the input has batch size {tuple(td.batch_size)} and no 'env_index' entry; "
                     f"pass env_index= or a batch of {self.num_envs}"
                 )
-            indices = list(range(self.num_envs))
+            indices = self._all_envs
         if td is not None and tuple(td.batch_size[:1]) != (len(indices),):
             raise ValueError(
                 f"the input has batch size {tuple(td.batch_size)} for {len(indices)} env indices"
@@ -339,7 +342,7 @@ class AsyncEnvPool:
             self._pending[i] = kind
             self._sent_at[i] = now
         self._in_flight += len(command.env_indices)
-        if kind.is_transition:
+        if kind in TRANSITIONS:
             self._outstanding[kind] += len(command.env_indices)
         self._executor.submit(command)
 
@@ -425,7 +428,7 @@ class AsyncEnvPool:
                 continue
             self._pending[i] = None
             self._in_flight -= 1
-            if not c.kind.is_transition:
+            if c.kind not in TRANSITIONS:
                 if c.error is not None:
                     self._errors[i] += 1
                 if i in self._orphans:  # its caller was cancelled

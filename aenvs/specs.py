@@ -13,7 +13,7 @@ stay small.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,18 +101,29 @@ def flatten_value(space: spaces.Space, value: Any, path: Key) -> Iterator[tuple[
         yield path, value
 
 
-def action_from_rows(space: spaces.Space, buffers: Mapping[Key, np.ndarray], row: int, path: Key) -> Any:
-    """Read one env's action out of per-leaf buffers, as the gymnasium value ``space`` expects."""
+def action_reader(
+    space: spaces.Space, buffers: Mapping[Key, np.ndarray], path: Key = ("action",)
+) -> Callable[[int], Any]:
+    """A function reading one env's action out of per-leaf buffers, as ``space`` expects it.
+
+    Built once per env, so that a step pays no dispatch on the space's type.
+
+    Example:
+        >>> read = action_reader(spaces.Discrete(3), {("action",): np.array([2, 0])})
+        >>> read(0)
+        2
+    """
     if isinstance(space, spaces.Dict):
-        return {k: action_from_rows(sub, buffers, row, (*path, k)) for k, sub in space.spaces.items()}
+        parts = {k: action_reader(sub, buffers, (*path, k)) for k, sub in space.spaces.items()}
+        return lambda row: {k: read(row) for k, read in parts.items()}
     if isinstance(space, spaces.Tuple):
-        return tuple(
-            action_from_rows(sub, buffers, row, (*path, str(i))) for i, sub in enumerate(space.spaces)
-        )
-    value = buffers[path][row]
+        items = [action_reader(sub, buffers, (*path, str(i))) for i, sub in enumerate(space.spaces)]
+        return lambda row: tuple(read(row) for read in items)
+    buf = buffers[path]
     if isinstance(space, spaces.Discrete):
-        return int(value)
-    return value.copy()  # the row is overwritten by the next send; envs may keep what they get
+        return lambda row: int(buf[row])
+    # a copy: the row is overwritten by the next send, and envs may keep what they get
+    return lambda row: buf[row].copy()
 
 
 def _flag_leaves() -> list[Leaf]:
