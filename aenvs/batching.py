@@ -279,4 +279,4 @@ class Batcher:
 def _batch(source: dict[str, Any], batch: int) -> TensorDict:
     # Every entry was just copied out of a buffer (or is a TensorDict built here) with the
     # right leading dim, so the constructor's checks can be skipped: they cost half a batch.
-    return TensorDict._new_unsafe(source, batch_size=torch.Size([batch]))
+    return TensorDict._new_unsafe(source, batch_size=torch.Size([batch]))  # pyright: ignore[reportArgumentType]
