@@ -93,3 +93,27 @@ def test_buffers_group_envs_by_layout() -> None:
     assert buffers.groups[0].step[("observation",)][1].tolist() == [7, 7, 7, 7]
     rows.step[("reward",)][0] = 1.5  # 0-d-safe views write through
     assert buffers.groups[0].step[("reward",)][1, 0] == 1.5
+
+
+def test_step_mdp_moves_next_to_the_root() -> None:
+    import torch
+    from tensordict import TensorDict
+
+    td = TensorDict(
+        {
+            "observation": torch.zeros(2, 3),
+            "action": torch.ones(2),
+            "env_index": torch.tensor([4, 7]),
+            "next": {
+                "observation": torch.ones(2, 3),
+                "reward": torch.ones(2, 1),
+                "done": torch.ones(2, 1, dtype=torch.bool),
+            },
+        },
+        batch_size=[2],
+    )
+    nxt = aenvs.step_mdp(td)
+    assert sorted(nxt.keys()) == ["done", "env_index", "observation"]
+    assert torch.equal(nxt["observation"], torch.ones(2, 3))
+    assert nxt["env_index"].tolist() == [4, 7]
+    assert "reward" in aenvs.step_mdp(td, keep_reward=True).keys()
