@@ -24,8 +24,8 @@ run: $(VENV)/.installed
 	$(BIN)/aenvs run
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check aenvs tests examples benchmarks
-	$(BIN)/ruff format --check aenvs tests examples benchmarks
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 typecheck: $(VENV)/.installed-test
 	$(BIN)/pyright
