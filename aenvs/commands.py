@@ -46,6 +46,14 @@ class Command:
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # positional and trimmed, as for Completion: most commands are a kind and indices
+        fields = (self.kind, self.env_indices, self.seeds, self.options, self.name, self.args, self.kwargs)
+        end = len(fields)
+        while end > 2 and not fields[end - 1]:  # every optional field defaults to an empty value
+            end -= 1
+        return (Command, fields[:end])
+
     def label(self) -> str:
         return f"{self.kind.value}:{self.name}" if self.name else self.kind.value
 
