@@ -11,7 +11,7 @@ they agree and lazily when they do not; none is dropped.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -184,7 +184,7 @@ class Batcher:
             return
         for row, i in enumerate(env_indices):
             group, slot = self._location[i]
-            env_td = td[row]
+            env_td = cast(TensorDictBase, td[row])
             for key, buf in self._groups[group][2].items():
                 buf[slot] = env_td.get(key)
 
@@ -228,12 +228,17 @@ class Batcher:
         return td
 
     def _inputs(self, inputs: Sequence[Inputs]) -> TensorDictBase:
+        """The sent entries of a batch, whose envs may have been sent in different batches."""
         first = inputs[0][0]
         if all(td is first for td, _ in inputs):
             rows = [row for _, row in inputs]
             if rows == list(range(first.batch_size[0])):
                 return first
-            return first[torch.as_tensor(rows, dtype=torch.long)]
+            return first[torch.tensor(rows, dtype=torch.long)]
+        if self.dense:
+            gathered = _gather_dense(inputs)
+            if gathered is not None:
+                return gathered
         parts = [td[row] for td, row in inputs]
         return maybe_dense_stack(parts) if self.dense else lazy_stack(parts)
 
@@ -274,6 +279,38 @@ class Batcher:
         nxt = self._rows(indices, 0, [c.reset_extras for c in completions])
         nxt.set("env_index", self._env_index(indices))
         return out, nxt
+
+
+def _gather_dense(inputs: Sequence[Inputs]) -> TensorDict | None:
+    """Rows from several sent batches with the same tensor entries: one gather per batch and
+    key, not one TensorDict per env (the overlapped loop's case). None when entries differ."""
+    batches: dict[int, tuple[TensorDictBase, list[int], list[int]]] = {}
+    for position, (td, row) in enumerate(inputs):
+        entry = batches.setdefault(id(td), (td, [], []))
+        entry[1].append(row)
+        entry[2].append(position)
+    layouts = []
+    for td, _, _ in batches.values():
+        leaves = dict(td.items(include_nested=True, leaves_only=True))
+        if not all(isinstance(v, torch.Tensor) for v in leaves.values()):
+            return None
+        layouts.append(leaves)
+    keys = layouts[0].keys()
+    if any(leaves.keys() != keys for leaves in layouts[1:]):
+        return None
+    positions = torch.tensor([p for _, _, ps in batches.values() for p in ps])
+    order = torch.argsort(positions)
+    indices = [torch.tensor(rows) for _, rows, _ in batches.values()]
+    source: dict[str, Any] = {}
+    for key in keys:
+        parts = [leaves[key][index] for leaves, index in zip(layouts, indices, strict=True)]
+        value = torch.cat(parts)[order]
+        path = (key,) if isinstance(key, str) else tuple(key)
+        node = source
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return _batch(source, len(inputs))
 
 
 def _batch(source: dict[str, Any], batch: int) -> TensorDict:

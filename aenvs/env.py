@@ -55,8 +55,11 @@ class Env:
     implement ``reset`` and ``step``, either as plain methods or as ``async def``
     coroutines. ``reset`` returns the observation entries; ``step`` gets a
     TensorDict with the action entries and returns the observation entries plus
-    ``"reward"`` and ``"terminated"`` (``"truncated"`` and ``"done"`` are optional).
-    Any other entry returned is passed through as is.
+    ``"reward"`` and ``"terminated"`` (``"truncated"`` is optional), as a TensorDict
+    or, cheaper to build on a hot path, a plain dict of tensors, arrays and numbers.
+    Any other entry returned is passed through as is. The TensorDict ``step`` gets is
+    reused from step to step with fresh tensors in it: keep its tensors, not the
+    TensorDict itself.
 
     Example:
         >>> import torch

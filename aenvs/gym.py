@@ -85,6 +85,9 @@ class GymAdapter:
             return [(self._obs_root, obs)]
         return list(flatten_value(self._obs_space, obs, self._obs_root))
 
+    def outcome(self, out: Any, step: bool) -> Outcome:  # pragma: no cover - gymnasium envs are never async
+        raise TypeError("gymnasium envs return their results directly")
+
     def reset(self, seed: int | None, options: Mapping[str, Any] | None) -> Outcome:
         obs, info = self.env.reset(seed=seed, options=dict(options) if options else None)
         return Outcome(self._items(obs), info=info)

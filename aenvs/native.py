@@ -1,9 +1,15 @@
-"""Native aenvs envs (TensorDicts in and out, plain or ``async def``) as pool members."""
+"""Native aenvs envs (TensorDicts in and out, plain or ``async def``) as pool members.
+
+A native env's ``step`` gets a TensorDict holding its action entries and returns a
+TensorDict (or a plain mapping, which is cheaper to build) with its observation
+entries, ``"reward"`` and ``"terminated"`` (``"truncated"`` optional). Entries the
+observation space does not name are passed through as extras.
+"""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -16,24 +22,17 @@ from aenvs.specs import EnvSpec, Key
 
 __all__ = ["NativeAdapter"]
 
-_SCALARS = {("reward",), ("terminated",), ("truncated",), ("done",)}
+_SCALARS = frozenset({"reward", "terminated", "truncated", "done"})
 
 
-def _outcome(td: TensorDictBase, *, step: bool) -> Outcome:
-    if not isinstance(td, TensorDictBase):
-        raise TypeError(f"native env returned {type(td).__name__}, expected a TensorDict")
-    items: list[tuple[Key, Any]] = []
-    for key, value in td.items(include_nested=True, leaves_only=True):
-        key = (key,) if isinstance(key, str) else tuple(key)
-        if key not in _SCALARS:
-            items.append((key, value.numpy(force=True) if isinstance(value, torch.Tensor) else value))
-    if not step:
-        return Outcome(items)
-    if "reward" not in td.keys() or "terminated" not in td.keys():
-        raise KeyError("a native env's step must return 'reward' and 'terminated'")
-    terminated = bool(td["terminated"].any())
-    truncated = bool(td["truncated"].any()) if "truncated" in td.keys() else False
-    return Outcome(items, float(td["reward"].sum()), terminated, truncated)
+def _lookup(out: Any, key: Key) -> Any:
+    for part in key:
+        out = out[part]
+    return out
+
+
+def _as_array(value: Any) -> Any:
+    return value.numpy(force=True) if isinstance(value, torch.Tensor) else value
 
 
 class NativeAdapter:
@@ -43,19 +42,64 @@ class NativeAdapter:
         self.env = env
         self.spec = EnvSpec.from_spaces(env.observation_space, env.action_space, env.reward_space)
         self.is_async = inspect.iscoroutinefunction(env.step)
+        self._obs_keys = self.spec.observation_keys
+        self._known_roots = frozenset(key[0] for key in self._obs_keys) | _SCALARS
         self._action_keys = [leaf.key for leaf in self.spec.action_leaves]
+        self._actions: Mapping[Key, np.ndarray] | None = None
+        self._action_views: list[tuple[Key, np.ndarray]] = []
+        self._action_container: TensorDictBase = TensorDict()
+        self._action_slots: dict[str, Any] | None = None
 
-    async def _await(self, pending: Awaitable[TensorDictBase], step: bool) -> Outcome:
-        return _outcome(await pending, step=step)
+    def outcome(self, out: Any, step: bool) -> Outcome:
+        """Normalise what the env's reset (``step=False``) or step returned."""
+        if not isinstance(out, TensorDictBase | Mapping):
+            raise TypeError(f"a native env returned {type(out).__name__}, expected a TensorDict or a mapping")
+        keys = out.keys()
+        items: list[tuple[Key, Any]] = [(key, _as_array(_lookup(out, key))) for key in self._obs_keys]
+        for root in keys:
+            if root not in self._known_roots:  # entries the spec does not name travel as extras
+                value = out[root]
+                items.append(
+                    ((root,), value.to_dict() if isinstance(value, TensorDictBase) else _as_array(value))
+                )
+        if not step:
+            return Outcome(items)
+        if "reward" not in keys or "terminated" not in keys:
+            raise KeyError("a native env's step must return 'reward' and 'terminated'")
+        truncated = bool(out["truncated"]) if "truncated" in keys else False
+        return Outcome(items, float(out["reward"]), bool(out["terminated"]), truncated)
 
+    # reset and step return an Outcome, or the env's awaitable whose result goes through
+    # outcome() once awaited (the runner does that: one coroutine less per step)
     def reset(self, seed: int | None, options: Mapping[str, Any] | None) -> Any:
         out = self.env.reset(seed=seed, options=dict(options) if options else None)
-        return self._await(out, False) if inspect.isawaitable(out) else _outcome(out, step=False)
+        return out if inspect.isawaitable(out) else self.outcome(out, False)
+
+    def _action_td(self, actions: Mapping[Key, np.ndarray], row: int) -> TensorDictBase:
+        """The TensorDict a step gets: fresh action tensors in a container reused step after step
+        (as TorchRL's workers reuse theirs): building a TensorDict costs more than a fast env's step."""
+        if self._actions is not actions:  # first step: views of this env's action rows
+            self._actions = actions
+            self._action_views = [
+                (key, actions[key][row : row + 1].reshape(actions[key].shape[1:]))
+                for key in self._action_keys
+            ]
+            self._action_container = TensorDict()
+            flat = all(len(key) == 1 for key in self._action_keys)
+            self._action_slots = getattr(self._action_container, "_tensordict", None) if flat else None
+        td, slots = self._action_container, self._action_slots
+        if slots is None:  # nested action keys (or a tensordict without the raw dict): the public way
+            td = TensorDict()
+            for key, view in self._action_views:
+                td.set(key, torch.from_numpy(view.copy()))
+            return td
+        for key, view in self._action_views:  # copies: the rows are overwritten by the next send
+            slots[key[0]] = torch.from_numpy(view.copy())
+        return td
 
     def step(self, actions: Mapping[Key, np.ndarray], row: int) -> Any:
-        td = TensorDict({key: torch.tensor(actions[key][row]) for key in self._action_keys})
-        out = self.env.step(td)
-        return self._await(out, True) if inspect.isawaitable(out) else _outcome(out, step=True)
+        out = self.env.step(self._action_td(actions, row))
+        return out if inspect.isawaitable(out) else self.outcome(out, True)
 
     def seed(self, seed: int | None) -> Any:
         set_seed = getattr(self.env, "set_seed", None)

@@ -135,14 +135,14 @@ class EnvRunner:
                 assert slot.rows is not None
                 out = adapter.step(slot.rows.action, slot.rows.row)
                 if type(out) is not Outcome:  # an async env's coroutine
-                    out = await out
+                    out = adapter.outcome(await out, True)
                 done = out.terminated or out.truncated
                 completion = Completion(i, kind, extras=self._write_step(slot, out, done), done=done)
                 if kind is CommandKind.STEP_AND_RESET:
                     if done:
                         out = adapter.reset(None, None)
                         if type(out) is not Outcome:
-                            out = await out
+                            out = adapter.outcome(await out, False)
                         completion.reset_extras = self._write_reset(slot, out)
                         completion.was_reset = True
                     else:  # the next observation is the step's (flags stay False: the episode goes on)
@@ -155,7 +155,7 @@ class EnvRunner:
                 seed = command.seeds.get(i) if command.seeds else None
                 out = adapter.reset(seed, command.options)
                 if type(out) is not Outcome:  # an async env's coroutine
-                    out = await out
+                    out = adapter.outcome(await out, False)
                 return Completion(i, kind, extras=self._write_reset(slot, out))
             if kind is CommandKind.SEED:
                 value = await _resolve(adapter.seed(command.seeds.get(i) if command.seeds else None))

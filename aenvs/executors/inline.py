@@ -1,8 +1,9 @@
 """The inline executor: envs run on the event loop itself.
 
-``async def`` envs run concurrently, one task per env command, so thousands of
-high-latency coroutine envs share one thread. Plain envs run one after the other
-in a loop callback, after ``async_step_send`` has returned.
+``async def`` envs run concurrently, each driven by a task of its own that waits for
+its next command (a future per command is cheaper than a task per command), so
+thousands of high-latency coroutine envs share one thread. Plain envs run one after
+the other in a loop callback, after ``async_step_send`` has returned.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ class InlineExecutor(Executor):
     def __init__(self) -> None:
         super().__init__()
         self._runner: EnvRunner | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._inbox: dict[int, asyncio.Future[Command]] = {}  # async env -> its next command
+        self._drivers: dict[int, asyncio.Task[None]] = {}
 
     async def start(
         self,
@@ -59,11 +61,14 @@ class InlineExecutor(Executor):
         runner, loop = self._runner, self._loop
         assert runner is not None and loop is not None
         plain = []
+        inbox = self._inbox
         for i in command.env_indices:
             if runner.is_async(i):
-                task = loop.create_task(self._run_async(runner, i, command))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                slot = inbox.get(i)
+                if slot is None:
+                    slot = inbox[i] = loop.create_future()
+                    self._drivers[i] = loop.create_task(self._drive(runner, i))
+                slot.set_result(command)
             else:
                 plain.append(i)
         if plain:
@@ -73,8 +78,14 @@ class InlineExecutor(Executor):
                 command.subset(plain) if len(plain) < len(command.env_indices) else command,
             )
 
-    async def _run_async(self, runner: EnvRunner, i: int, command: Command) -> None:
-        self._push((await runner.execute_one(i, command),))
+    async def _drive(self, runner: EnvRunner, i: int) -> None:
+        """Run env ``i``'s commands as they come, for as long as the executor lives."""
+        loop, inbox = asyncio.get_running_loop(), self._inbox
+        while True:
+            command = await inbox[i]
+            # the next command can only come after this one's completion is received
+            inbox[i] = loop.create_future()
+            self._push((await runner.execute_one(i, command),))
 
     def _run_plain(self, runner: EnvRunner, command: Command) -> None:
         done: list[Completion] = []
@@ -89,7 +100,7 @@ class InlineExecutor(Executor):
             self._push(done)
 
     async def aclose(self) -> None:
-        tasks = list(self._tasks)
+        tasks = list(self._drivers.values())
         for task in tasks:
             task.cancel()
         if tasks:
@@ -99,7 +110,7 @@ class InlineExecutor(Executor):
             await runner.aclose()
 
     def kill(self) -> None:
-        for task in self._tasks:
+        for task in self._drivers.values():
             task.cancel()
         runner, self._runner = self._runner, None
         if runner is not None:
