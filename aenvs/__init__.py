@@ -28,8 +28,10 @@ from aenvs.errors import (
 from aenvs.specs import EnvSpec as EnvSpec
 
 if TYPE_CHECKING:
+    from aenvs.check import check_env_specs as check_env_specs
     from aenvs.layout import step_mdp as step_mdp
     from aenvs.pool import AsyncEnvPool as AsyncEnvPool, PoolStats as PoolStats
+    from aenvs.sync import ParallelEnv as ParallelEnv, SerialEnv as SerialEnv
 
 __version__ = "0.1.0"
 
@@ -44,14 +46,24 @@ __all__ = [
     "EnvSpec",
     "EnvState",
     "EnvTimeoutError",
+    "ParallelEnv",
     "PoolClosedError",
     "PoolStats",
+    "SerialEnv",
+    "check_env_specs",
     "step_mdp",
 ]
 
 # Names whose modules import torch load on first use, so that worker processes, which
 # import aenvs submodules to host gymnasium envs, never pay for torch.
-_LAZY = {"AsyncEnvPool": "aenvs.pool", "PoolStats": "aenvs.pool", "step_mdp": "aenvs.layout"}
+_LAZY = {
+    "AsyncEnvPool": "aenvs.pool",
+    "PoolStats": "aenvs.pool",
+    "step_mdp": "aenvs.layout",
+    "SerialEnv": "aenvs.sync",
+    "ParallelEnv": "aenvs.sync",
+    "check_env_specs": "aenvs.check",
+}
 
 
 def __getattr__(name: str) -> Any:

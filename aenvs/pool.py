@@ -12,22 +12,26 @@ only land where nothing has been taken yet.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import time
 import warnings
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDictBase, lazy_stack, maybe_dense_stack
 
+from aenvs import masks
 from aenvs.batching import Batcher, Inputs
 from aenvs.commands import TRANSITIONS, Command, CommandKind, Completion
 from aenvs.env import EnvState
 from aenvs.errors import EnvBusyError, PoolClosedError
 from aenvs.executors import Executor, make_executor
 from aenvs.gym import EnvFn
+from aenvs.layout import step_mdp
 from aenvs.seeding import seed_chain
 from aenvs.specs import EnvSpec
 
@@ -140,6 +144,8 @@ class AsyncEnvPool:
         self._inputs: list[Inputs | None] = [None] * n
         self._answers: dict[int, Completion] = {}
         self._orphans: set[int] = set()
+        # whole-batch commands whose caller was cancelled: env -> (kind, when); dropped on arrival
+        self._abandoned: dict[int, tuple[CommandKind, float]] = {}
         self._outstanding: Counter[CommandKind] = Counter()
         self._in_flight = 0
         self._sent_at = [0.0] * n
@@ -583,6 +589,11 @@ class AsyncEnvPool:
         return batcher.reset_batch(picked) if picked else batcher.empty()
 
     # -- whole-batch calls -------------------------------------------------------------
+    #
+    # These honour TorchRL's partial-step / partial-reset masks ("_step", "_reset"; the
+    # semantics live in aenvs.masks) and, when cancelled (Ctrl-C in the sync shim, a task
+    # cancel), abandon their command: its results are dropped when they arrive, so the
+    # next whole-batch call finds the envs free instead of busy.
 
     async def reset(
         self,
@@ -592,26 +603,352 @@ class AsyncEnvPool:
         seed: int | Sequence[int | None] | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> TensorDictBase:
-        """Reset some envs (default all) and return their first observations, in that order."""
+        """Reset some envs (default all) and return their first observations, in that order.
+
+        With ``"_reset"`` entries in ``td`` (root, shaped like ``"done"``, or nested beside
+        a nested ``"done"``), only the envs (or groups) marked are reset and the output is
+        ``td`` with the reset values where marked, as TorchRL's partial resets. Envs reset
+        for some of their groups get the groups' masks as ``options["_reset"]``.
+
+        Example:
+            >>> td = await pool.reset()
+            >>> td["_reset"] = torch.tensor([[True], [False]])
+            >>> td = await pool.reset(td)  # env 0 reset, env 1 keeps its observation
+        """
+        if self._abandoned:
+            await self._settle_abandoned()
+        if td is not None and masks.has_reset_mask(td):
+            return await self._masked_reset(td, env_index, seed, options)
         indices = self._send_reset(td, env_index, seed, options)
-        return await self.async_reset_recv(env_index=indices)
+        return await self._recv_or_abandon(_RESET, indices)
 
     async def step(self, td: TensorDictBase, env_index: EnvIndex | None = None) -> TensorDictBase:
-        """Step every env of ``td`` and return their results, in the order of ``td``."""
+        """Step every env of ``td`` and return their results, in the order of ``td``.
+
+        With a ``"_step"`` entry (bool, ``[B]``) only the envs marked are stepped; the
+        ``"next"`` entries of the others are their input values (0 where absent).
+        """
+        if self._abandoned:
+            await self._settle_abandoned()
+        if isinstance(td, TensorDictBase):
+            keys = td.keys()
+            if masks.STEP_KEY in keys or masks.RESET_KEY in keys:
+                return (await self._masked_step(td, env_index, and_reset=False))[0]
         indices = self._send_actions(_STEP, td, env_index)
-        return await self.async_step_recv(env_index=indices)
+        return await self._recv_or_abandon(_STEP, indices)
 
     async def step_and_maybe_reset(
         self, td: TensorDictBase, env_index: EnvIndex | None = None
     ) -> tuple[TensorDictBase, TensorDictBase]:
         """Step every env of ``td``; envs whose episode ended are reset.
 
+        A ``"_step"`` entry steps only the envs marked, as in :meth:`step`; the others
+        carry their input over to ``next_td`` (and are reset if their input is done).
+
         Returns:
             ``(out, next_td)``: ``out`` as :meth:`step` gives it, ``next_td`` the input of
             the next step (the next observations, or the reset ones where an episode ended).
         """
+        if self._abandoned:
+            await self._settle_abandoned()
+        if isinstance(td, TensorDictBase):
+            keys = td.keys()
+            if masks.STEP_KEY in keys or masks.RESET_KEY in keys:
+                out, nxt = await self._masked_step(td, env_index, and_reset=True)
+                assert nxt is not None
+                return out, nxt
         indices = self._send_actions(_SMR, td, env_index)
-        return await self.async_step_and_maybe_reset_recv(env_index=indices)
+        try:
+            return await self.async_step_and_maybe_reset_recv(env_index=indices)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # cancelled or interrupted, not an env error
+                self._abandon(_SMR, indices)
+            raise
+
+    async def _recv_or_abandon(self, kind: CommandKind, indices: list[int]) -> TensorDictBase:
+        try:
+            if kind is _RESET:
+                return await self.async_reset_recv(env_index=indices)
+            return await self.async_step_recv(env_index=indices)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # cancelled or interrupted, not an env error
+                self._abandon(kind, indices)
+            raise
+
+    async def _masked_reset(
+        self,
+        td: TensorDictBase,
+        env_index: EnvIndex | None,
+        seed: int | Sequence[int | None] | None,
+        options: Mapping[str, Any] | None,
+    ) -> TensorDictBase:
+        done_keys = {leaf.key for s in self._specs for leaf in s.reset_leaves if leaf.key[-1] == "done"}
+        plan = masks.plan_reset(td, done_keys)
+        previous = masks.strip_masks(td)
+        indices = self._targets(previous, env_index)
+        rows_env_index = torch.tensor(indices, dtype=torch.long)
+        targets = [indices[r] for r in plan.rows]
+        if not targets:
+            out = previous.copy()
+            out.set("env_index", rows_env_index)
+            return out
+        if plan.groups is None:
+            self._send_reset(None, targets, seed, options)
+        else:  # one command per env: each gets its groups' masks in its options
+            self._targets(None, targets)  # all free, before dispatching any
+            if seed is None:
+                seeds: list[Any] = [None] * len(targets)
+            elif isinstance(seed, int):
+                seeds = [[s] for s in seed_chain(seed, len(targets))[0]]
+            else:
+                seeds = [[s] for s in seed]
+                if len(seeds) != len(targets):
+                    raise ValueError(f"{len(seeds)} seeds for {len(targets)} envs")
+            for i, env_seed, env_options in zip(targets, seeds, plan.options, strict=True):
+                self._send_reset(None, [i], env_seed, {**(options or {}), **(env_options or {})})
+        reset = await self._recv_or_abandon(_RESET, targets)
+        return masks.merge_reset(previous, reset, plan, rows_env_index)
+
+    async def _masked_step(
+        self, td: TensorDictBase, env_index: EnvIndex | None, *, and_reset: bool
+    ) -> tuple[TensorDictBase, TensorDictBase | None]:
+        """:meth:`step` (or :meth:`step_and_maybe_reset`) of an input with a ``"_step"`` mask."""
+        self._batcher_or_raise()
+        mask = masks.step_mask(td)
+        previous = masks.strip_masks(td)
+        if mask is None or bool(mask.all()):
+            if and_reset:
+                return await self.step_and_maybe_reset(previous, env_index)
+            return await self.step(previous, env_index), None
+        indices = self._targets(previous, env_index)
+        rows = mask.nonzero().flatten().tolist()
+        targets = [indices[r] for r in rows]
+        kind = _SMR if and_reset else _STEP
+        stepped = nxt = None
+        if rows:
+            sub = previous[mask] if self.is_dense else lazy_stack([previous[r] for r in rows])
+            self._send_actions(kind, sub, targets)
+            try:
+                if and_reset:
+                    stepped, nxt = await self.async_step_and_maybe_reset_recv(env_index=targets)
+                else:
+                    stepped = await self.async_step_recv(env_index=targets)
+            except BaseException as exc:
+                if not isinstance(exc, Exception):
+                    self._abandon(kind, targets)
+                raise
+        rows_env_index = torch.tensor(indices, dtype=torch.long)
+        template = self._zeros(indices, "step")
+        out = masks.merge_step(
+            previous, stepped if stepped is not None else template[:0], rows, template, rows_env_index
+        )
+        if not and_reset:
+            return out, None
+        reset_template = self._zeros(indices, "reset")
+        next_td = masks.fill_rows(
+            previous, nxt if nxt is not None else reset_template[:0], rows, reset_template
+        )
+        next_td.set("env_index", rows_env_index)
+        carried_done = masks.done_rows(previous) & ~mask
+        if bool(carried_done.any()):  # envs not stepped whose input is done: reset them, as TorchRL does
+            next_td.set(masks.RESET_KEY, carried_done.unsqueeze(-1))
+            next_td = await self.reset(next_td)
+        return out, next_td
+
+    def _zeros(self, indices: list[int], which: Literal["step", "reset"]) -> TensorDictBase:
+        """Zeros laid out as the step results (or reset results) of ``indices``."""
+        layouts = [
+            self._specs[i].step_leaves if which == "step" else self._specs[i].reset_leaves for i in indices
+        ]
+        return masks.zeros(layouts, dense=self.is_dense)
+
+    # -- abandoned commands --------------------------------------------------------------
+
+    def _abandoned_commands(self) -> dict[int, tuple[CommandKind, float]]:
+        """Env index -> (kind, dispatch time) of whole-batch commands whose caller gave up."""
+        return self._abandoned
+
+    def _abandon(self, kind: CommandKind, indices: Sequence[int]) -> None:
+        abandoned = self._abandoned_commands()
+        for i in indices:
+            abandoned[i] = (kind, self._sent_at[i])
+        self._discard_abandoned()
+
+    def _discard_abandoned(self) -> bool:
+        """Drop the results of abandoned commands that arrived; whether some are still due."""
+        abandoned = self._abandoned_commands()
+        if not abandoned:
+            return False
+        if self._closed:
+            abandoned.clear()
+            return False
+        self._drain()
+        for i, (kind, sent_at) in list(abandoned.items()):
+            c = self._ready.get(i)
+            if self._sent_at[i] != sent_at or (c is None and self._pending[i] is not kind):
+                del abandoned[i]  # received by someone else, or superseded by a newer command
+            elif c is not None and c.kind is kind:
+                del self._ready[i]
+                self._outstanding[kind] -= 1
+                self._inputs[i] = None
+                del abandoned[i]
+        return bool(abandoned)
+
+    async def _settle_abandoned(self) -> None:
+        """Wait for the results of abandoned commands and drop them (the envs are free afterwards)."""
+        while self._discard_abandoned():
+            await self._executor.wait_ready()
+
+    # -- loops over whole batches ----------------------------------------------------------
+
+    @staticmethod
+    def _apply_policy(
+        policy: Callable[[TensorDictBase], TensorDictBase | None], td: TensorDictBase
+    ) -> TensorDictBase:
+        """Run a rollout policy: it writes its entries into ``td`` or returns them."""
+        out = policy(td)
+        if out is not None and out is not td:
+            td.update(out)
+        return td
+
+    def rand_action(
+        self, td: TensorDictBase | None = None, *, generator: torch.Generator | None = None
+    ) -> TensorDictBase:
+        """Random actions from the envs' action spaces (torch's RNG, or ``generator``).
+
+        Writes them into ``td`` (its ``"env_index"`` rows, or every env) and returns it, as
+        TorchRL does; without ``td``, returns a new TensorDict of actions.
+        """
+        from aenvs.check import random_actions
+
+        self._check_open()
+        indices = self._all_envs
+        if td is not None and "env_index" in td.keys():
+            indices = self._indices(td.get("env_index")) or []
+        actions = random_actions(
+            [self._specs[i].action_space for i in indices], dense=self.is_dense, generator=generator
+        )
+        if td is None:
+            return actions
+        td.update(actions)
+        return td
+
+    async def rand_step(self, td: TensorDictBase | None = None) -> TensorDictBase:
+        """:meth:`step` with random actions (written into ``td`` when given)."""
+        return await self.step(self.rand_action(td))
+
+    async def rollout(
+        self,
+        max_steps: int,
+        policy: Callable[[TensorDictBase], TensorDictBase | None] | None = None,
+        callback: Callable[[AsyncEnvPool, TensorDictBase], Any] | None = None,
+        *,
+        auto_reset: bool = True,
+        break_when_any_done: bool | None = None,
+        break_when_all_done: bool | None = None,
+        return_contiguous: bool = True,
+        tensordict: TensorDictBase | None = None,
+    ) -> TensorDictBase:
+        """Run up to ``max_steps`` steps of every env, as TorchRL's ``EnvBase.rollout``.
+
+        Args:
+            max_steps: steps to take.
+            policy: called with the TensorDict of the current step; writes (or returns)
+                the action entries. Default: random actions (:meth:`rand_action`).
+            callback: called as ``callback(pool, td)`` after each step.
+            auto_reset: reset every env first (with ``tensordict`` if given); else start
+                from ``tensordict``, resetting the envs that are done in it.
+            break_when_any_done: stop after the step where any env is done (the default).
+            break_when_all_done: keep stepping the envs that are not done (partial steps,
+                done envs repeat their last transition) until all are done.
+                With neither, done envs are reset and the rollout runs ``max_steps`` steps.
+            return_contiguous: stack densely where possible (else a lazy stack).
+            tensordict: the start, for ``auto_reset=False``.
+
+        Returns:
+            batch ``[num_envs, T]``, the last dim named ``"time"``.
+
+        Example:
+            >>> traj = await pool.rollout(100, break_when_any_done=False)
+            >>> traj.batch_size, traj.names
+            (torch.Size([4, 100]), [None, 'time'])
+        """
+        if break_when_any_done is None:
+            break_when_any_done = not break_when_all_done
+        if break_when_all_done is None:
+            break_when_all_done = False
+        if break_when_any_done and break_when_all_done:
+            raise TypeError("break_when_any_done and break_when_all_done cannot both be True")
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        act = policy or self.rand_action
+        if auto_reset:
+            td = await self.reset(tensordict)
+        elif tensordict is None:
+            raise RuntimeError("rollout(auto_reset=False) needs a tensordict to start from")
+        else:
+            done = masks.done_rows(tensordict)
+            td = tensordict
+            if bool(done.any()):
+                td = masks.strip_masks(tensordict).copy()
+                td.set(masks.RESET_KEY, done.unsqueeze(-1))
+                td = await self.reset(td)
+        steps: list[TensorDictBase] = []
+        if break_when_any_done or break_when_all_done:
+            partial: torch.Tensor | None = None
+            for t in range(max_steps):
+                td = self._apply_policy(act, td)
+                td = await self.step(td)
+                if partial is not None and not bool(partial.all()):
+                    steps.append(torch.where(partial, td, steps[-1]))  # pyright: ignore[reportArgumentType, reportCallIssue]
+                else:
+                    steps.append(td)
+                if callback is not None:
+                    callback(self, td)
+                if t == max_steps - 1:
+                    break
+                td = step_mdp(td)
+                done = masks.done_rows(td)
+                if break_when_any_done:
+                    if bool(done.any()):
+                        break
+                    continue
+                partial = ~done if partial is None else partial & ~done
+                if not bool(partial.any()):
+                    break
+                if not bool(partial.all()):
+                    td.set(masks.STEP_KEY, partial)
+        else:
+            for t in range(max_steps):
+                td = self._apply_policy(act, td)
+                if t == max_steps - 1:
+                    out = await self.step(td)
+                else:
+                    out, td = await self.step_and_maybe_reset(td)
+                steps.append(out)
+                if callback is not None:
+                    callback(self, out)
+        trajectory = self._stack_steps(steps, return_contiguous)
+        with contextlib.suppress(RuntimeError, ValueError, NotImplementedError):
+            trajectory.refine_names(..., "time")
+        return trajectory
+
+    @staticmethod
+    def _stack_steps(steps: list[TensorDictBase], contiguous: bool) -> TensorDictBase:
+        """Stack a rollout's steps on a time dim (dense where possible with ``contiguous``)."""
+        # tensordict 0.14's stack of TensorDicts with different keys (e.g. reset and step
+        # infos) leaves LAZY_LEGACY_OP="None" in os.environ, which every later subprocess
+        # importing tensordict fails to parse (fixed in 0.15; TorchRL 0.14 pins 0.14): keep
+        # the variable as it was
+        before = os.environ.get("LAZY_LEGACY_OP")
+        try:
+            return maybe_dense_stack(steps, dim=1) if contiguous else lazy_stack(steps, dim=1)
+        finally:
+            if os.environ.get("LAZY_LEGACY_OP") != before:
+                if before is None:
+                    os.environ.pop("LAZY_LEGACY_OP", None)
+                else:
+                    os.environ["LAZY_LEGACY_OP"] = before
 
     # -- calls on the envs ---------------------------------------------------------------
 

@@ -1,0 +1,147 @@
+"""Loop drivers: a private loop by default, anyio's portal inside a running loop, and Ctrl-C
+during a sync call (cancelled at the next await, KeyboardInterrupt once, the env still usable)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+import torch
+import uvloop
+from tensordict import TensorDict
+
+from aenvs import SerialEnv
+from aenvs.loop import PortalLoop, PrivateLoop, make_driver, new_event_loop
+from aenvs.testing import echo_env_fns
+from tests.helpers import Gate
+from tests.sync.sync_envs import holding_env_fn
+
+
+def _actions(n: int, value: float = 1.0) -> TensorDict:
+    return TensorDict(action=torch.full((n, 1), value, dtype=torch.float64), batch_size=[n])
+
+
+async def _add(a: int, b: int) -> int:
+    await asyncio.sleep(0)
+    return a + b
+
+
+def test_drivers_run_coroutines() -> None:
+    for driver in (make_driver(), make_driver("portal"), PrivateLoop(uvloop.new_event_loop)):
+        try:
+            assert driver.run(_add, 1, b=2) == 3
+        finally:
+            driver.close()
+        driver.close()  # idempotent
+        assert driver.closed
+        with pytest.raises(RuntimeError, match="closed"):
+            driver.run(_add, 1, 2)
+    with pytest.raises(ValueError, match="loop must be"):
+        make_driver("elsewhere")  # type: ignore[arg-type]
+
+
+def test_private_loop_is_the_default_in_sync_code() -> None:
+    with SerialEnv(2, echo_env_fns(2)[0]) as env:
+        assert env.loop_driver.kind == "private"
+        assert isinstance(env.loop_driver, PrivateLoop)
+    assert _loop_type() is asyncio.SelectorEventLoop  # main thread: asyncio's loop is cheaper a call
+
+
+def _loop_type() -> type:
+    loop = new_event_loop()
+    loop.close()
+    return type(loop)
+
+
+def test_private_loop_off_the_main_thread_is_uvloop() -> None:
+    kinds: list[type] = []
+    thread = threading.Thread(target=lambda: kinds.append(_loop_type()))
+    thread.start()
+    thread.join()
+    assert kinds == [uvloop.Loop]
+
+
+async def test_inside_a_running_loop_the_shim_uses_the_portal(executor: str) -> None:
+    env = SerialEnv(2, echo_env_fns(2, fail_on_negative=False)[0], executor=executor)
+    try:
+        assert env.loop_driver.kind == "portal"
+        assert isinstance(env.loop_driver, PortalLoop)
+        env.reset()
+        out = env.step(_actions(2, 3.0))
+        assert out["next", "observation"][:, 1].tolist() == [3.0, 3.0]
+        assert env.rollout(4, break_when_any_done=False).batch_size == (2, 4)
+        env.async_step_send(_actions(2))
+        assert env.async_step_recv(min_get=2).batch_size == (2,)
+        assert env.env_index == [0, 1]
+    finally:
+        env.close()
+    assert env.is_closed
+
+
+def test_a_private_loop_env_called_from_a_coroutine() -> None:
+    """Built in sync code, then called from inside a running loop: its loop runs in a helper thread."""
+    with SerialEnv(2, echo_env_fns(2)[0], executor="thread") as env:
+        env.reset()
+
+        async def main() -> list[float]:
+            return env.step(_actions(2, 4.0))["next", "observation"][:, 1].tolist()
+
+        assert asyncio.run(main()) == [4.0, 4.0]
+        assert env.step(_actions(2, 5.0))["next", "observation"][:, 1].tolist() == [5.0, 5.0]
+
+
+LOOP_FACTORIES: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "asyncio": asyncio.new_event_loop,
+    "uvloop": uvloop.new_event_loop,
+}
+
+
+@pytest.mark.parametrize("loop_name", list(LOOP_FACTORIES))
+def test_ctrl_c_during_a_sync_step(executor: str, loop_name: str, tmp_path) -> None:
+    started, release = Gate(str(tmp_path)), Gate(str(tmp_path))
+    env = SerialEnv(
+        2, holding_env_fn(started, release), executor=executor, loop_factory=LOOP_FACTORIES[loop_name]
+    )
+    try:
+        env.reset()
+
+        def interrupt() -> None:
+            if started.wait(30):  # the env's step has started
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+                release.open()  # an inline env holds the main thread until then
+
+        interrupter = threading.Thread(target=interrupt)
+        interrupter.start()
+        interrupts = 0
+        try:
+            env.step(_actions(2))
+            pytest.fail("the step was not interrupted")
+        except KeyboardInterrupt:
+            interrupts += 1
+        interrupter.join()
+        assert interrupts == 1
+        # the env is usable: the interrupted step's results are dropped, the next step is its own
+        out = env.step(_actions(2, 2.0))
+        assert out["next", "observation"][:, 1].tolist() == [2.0, 2.0]
+        assert out["next", "observation"][:, 2].tolist() == [2.0, 2.0]  # the interrupted step did happen
+        traj = env.rollout(3, lambda td: td.set("action", torch.ones(2, 1, dtype=torch.float64)))
+        assert traj.batch_size == (2, 3)
+        assert env.steps == [3, 3]
+    finally:
+        began = time.monotonic()
+        env.close()
+        assert time.monotonic() - began < 2.0
+    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+
+
+def test_ctrl_c_outside_sync_calls_is_a_plain_keyboard_interrupt() -> None:
+    with SerialEnv(1, echo_env_fns(1)[0]) as env:
+        env.reset()  # installs the handler
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+            time.sleep(5)  # never reached: the handler above us raises
+        assert env.step(_actions(1))["next", "observation"][0, 2] == 1.0
