@@ -62,14 +62,6 @@ def test_overlap_example_reports_both_loops() -> None:
     assert number(rf"\({NUMBER} steps in", out) == [120.0] * 4  # every loop ran exactly --steps
 
 
-@pytest.mark.slow
-def test_overlap_beats_lockstep() -> None:
-    out = run_script(str(EXAMPLES / "overlap_inference.py"), "--steps", "1500")
-    speedups = number(rf"speed-up: +{NUMBER}x", out)
-    assert len(speedups) == 2
-    assert min(speedups) > 1.05, out
-
-
 # -- the command line -------------------------------------------------------------------
 
 
