@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
+from types import CoroutineType
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,8 @@ def _lookup(out: Any, key: Key) -> Any:
 
 
 def _as_array(value: Any) -> Any:
+    if type(value) is np.ndarray:  # the common case, before the costlier isinstance on torch.Tensor
+        return value
     return value.numpy(force=True) if isinstance(value, torch.Tensor) else value
 
 
@@ -43,6 +46,7 @@ class NativeAdapter:
         self.spec = EnvSpec.from_spaces(env.observation_space, env.action_space, env.reward_space)
         self.is_async = inspect.iscoroutinefunction(env.step)
         self._obs_keys = self.spec.observation_keys
+        self._flat_obs = all(len(key) == 1 for key in self._obs_keys)
         self._known_roots = frozenset(key[0] for key in self._obs_keys) | _SCALARS
         self._action_keys = [leaf.key for leaf in self.spec.action_leaves]
         self._actions: Mapping[Key, np.ndarray] | None = None
@@ -52,16 +56,22 @@ class NativeAdapter:
 
     def outcome(self, out: Any, step: bool) -> Outcome:
         """Normalise what the env's reset (``step=False``) or step returned."""
-        if not isinstance(out, TensorDictBase | Mapping):
+        # a plain dict is the cheap case on a hot path: no isinstance against ABCs, no walk of its keys
+        plain = type(out) is dict
+        if not plain and not isinstance(out, TensorDictBase | Mapping):
             raise TypeError(f"a native env returned {type(out).__name__}, expected a TensorDict or a mapping")
         keys = out.keys()
-        items: list[tuple[Key, Any]] = [(key, _as_array(_lookup(out, key))) for key in self._obs_keys]
-        for root in keys:
-            if root not in self._known_roots:  # entries the spec does not name travel as extras
-                value = out[root]
-                items.append(
-                    ((root,), value.to_dict() if isinstance(value, TensorDictBase) else _as_array(value))
-                )
+        if self._flat_obs:
+            items: list[tuple[Key, Any]] = [(key, _as_array(out[key[0]])) for key in self._obs_keys]
+        else:
+            items = [(key, _as_array(_lookup(out, key))) for key in self._obs_keys]
+        if not (plain and keys <= self._known_roots):
+            for root in keys:
+                if root not in self._known_roots:  # entries the spec does not name travel as extras
+                    value = out[root]
+                    items.append(
+                        ((root,), value.to_dict() if isinstance(value, TensorDictBase) else _as_array(value))
+                    )
         if not step:
             return Outcome(items)
         if "reward" not in keys or "terminated" not in keys:
@@ -99,7 +109,7 @@ class NativeAdapter:
 
     def step(self, actions: Mapping[Key, np.ndarray], row: int) -> Any:
         out = self.env.step(self._action_td(actions, row))
-        return out if inspect.isawaitable(out) else self.outcome(out, True)
+        return out if type(out) is CoroutineType or inspect.isawaitable(out) else self.outcome(out, True)
 
     def seed(self, seed: int | None) -> Any:
         set_seed = getattr(self.env, "set_seed", None)

@@ -41,6 +41,7 @@ StackMode = Literal["dense", "lazy", "auto"]
 EnvIndex = int | Sequence[int] | torch.Tensor
 
 _STEP, _RESET, _SMR = CommandKind.STEP, CommandKind.RESET, CommandKind.STEP_AND_RESET
+_RUN, _DONE = EnvState.RUN, EnvState.DONE
 
 
 @dataclass(frozen=True)
@@ -334,8 +335,9 @@ class AsyncEnvPool:
             raise ValueError(
                 f"the input has batch size {tuple(td.batch_size)} for {len(indices)} env indices"
             )
+        pending, ready, answers, orphans = self._pending, self._ready, self._answers, self._orphans
         for i in indices:
-            if self._pending[i] is not None or i in self._ready or i in self._answers or i in self._orphans:
+            if pending[i] is not None or i in ready or i in answers or i in orphans:
                 raise EnvBusyError(i)
         return indices
 
@@ -343,10 +345,10 @@ class AsyncEnvPool:
 
     def _dispatch(self, command: Command) -> None:
         now = time.perf_counter()
-        kind = command.kind
+        kind, pending, sent_at = command.kind, self._pending, self._sent_at
         for i in command.env_indices:
-            self._pending[i] = kind
-            self._sent_at[i] = now
+            pending[i] = kind
+            sent_at[i] = now
         self._in_flight += len(command.env_indices)
         if kind in TRANSITIONS:
             self._outstanding[kind] += len(command.env_indices)
@@ -428,13 +430,16 @@ class AsyncEnvPool:
         if not completions:
             return
         now = time.perf_counter()
+        # runs for every completion: attributes looked up once, kinds compared by identity
+        pending, ready, states, sent_at = self._pending, self._ready, self._states, self._sent_at
+        steps, latency_sum, latency_last = self._steps, self._latency_sum, self._latency_last
         for c in completions:
-            i = c.env_index
-            if self._pending[i] is None:  # an answer for a command abandoned by close
+            i, kind = c.env_index, c.kind
+            if pending[i] is None:  # an answer for a command abandoned by close
                 continue
-            self._pending[i] = None
+            pending[i] = None
             self._in_flight -= 1
-            if c.kind not in TRANSITIONS:
+            if kind is not _STEP and kind is not _SMR and kind is not _RESET:  # not in TRANSITIONS
                 if c.error is not None:
                     self._errors[i] += 1
                 if i in self._orphans:  # its caller was cancelled
@@ -442,19 +447,19 @@ class AsyncEnvPool:
                 else:
                     self._answers[i] = c
                 continue
-            self._ready[i] = c
+            ready[i] = c
             if c.error is not None:
                 self._errors[i] += 1
-                self._states[i] = EnvState.ERROR
+                states[i] = EnvState.ERROR
                 continue
-            if c.kind is _RESET:
-                self._states[i] = EnvState.RUN
+            if kind is _RESET:
+                states[i] = _RUN
                 continue
-            latency = now - self._sent_at[i]
-            self._steps[i] += 1
-            self._latency_sum[i] += latency
-            self._latency_last[i] = latency
-            self._states[i] = EnvState.DONE if c.done and not c.was_reset else EnvState.RUN
+            latency = now - sent_at[i]
+            steps[i] += 1
+            latency_sum[i] += latency
+            latency_last[i] = latency
+            states[i] = _DONE if c.done and not c.was_reset else _RUN
 
     def _take(self, kind: CommandKind, wanted: list[int] | None, max_get: int | None) -> list[Completion]:
         """Pick ready results of ``kind`` (raising the first error among them); consumes nothing else."""

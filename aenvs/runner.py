@@ -28,6 +28,7 @@ __all__ = ["EnvRunner", "drive"]
 T = TypeVar("T")
 _REWARD, _DONE, _TERMINATED, _TRUNCATED = ("reward",), ("done",), ("terminated",), ("truncated",)
 _FLAGS = (_DONE, _TERMINATED, _TRUNCATED)
+_STEP, _SMR = CommandKind.STEP, CommandKind.STEP_AND_RESET  # looked up once: every step compares them
 
 
 def drive(coro: Coroutine[Any, Any, T]) -> T:
@@ -131,14 +132,15 @@ class EnvRunner:
         slot = self._slots[i]
         adapter, kind = slot.adapter, command.kind
         try:
-            if kind is CommandKind.STEP or kind is CommandKind.STEP_AND_RESET:
-                assert slot.rows is not None
-                out = adapter.step(slot.rows.action, slot.rows.row)
+            if kind is _STEP or kind is _SMR:
+                rows = slot.rows
+                assert rows is not None
+                out = adapter.step(rows.action, rows.row)
                 if type(out) is not Outcome:  # an async env's coroutine
                     out = adapter.outcome(await out, True)
                 done = out.terminated or out.truncated
-                completion = Completion(i, kind, extras=self._write_step(slot, out, done), done=done)
-                if kind is CommandKind.STEP_AND_RESET:
+                completion = Completion(i, kind, None, self._write_step(slot, out, done), None, done)
+                if kind is _SMR:
                     if done:
                         out = adapter.reset(None, None)
                         if type(out) is not Outcome:

@@ -1,98 +1,208 @@
-"""Throughput: aenvs against its peers on the same work, in one run.
+"""Throughput: aenvs against gymnasium, TorchRL and EnvPool on the same work, in one run.
 
-Random actions, auto-reset, env steps per second:
-- CartPole-v1 (cheap steps), N = 2, 8, 32;
-- a CPU-bound env (about 1 ms of numpy per step), N = 2, 8, 32;
-- a large-observation env (uint8 4x84x84), N = 8, 32;
-- start-up to the first reset, N = 8, with the workers' unique memory (USS).
-aenvs runs two loops: lockstep (step_and_maybe_reset on the whole batch) and
-overlapped (receive min_get=N//2, re-send those envs at once). Peers run lockstep.
+Random actions (drawn from a pre-generated pool), auto-reset, env steps per second:
 
-    python benchmarks/throughput.py [--duration 2] [--only cartpole,cpu,pixels,startup] [--skip torchrl]
+- cartpole: CartPole-v1, cheap steps, N = 2, 8, 32;
+- cpu: about 1 ms of numpy per step (48x48 matmuls, below OpenBLAS's threading threshold,
+  so single-threaded in every process), Discrete(2) actions, an 8-float observation,
+  N = 2, 8, 32;
+- pixels: uint8 4x84x84 observations, cheap steps, N = 8, 32;
+- startup: seconds from constructing 8 worker processes (CartPole-v1) to the first reset,
+  and the workers' unique memory (USS).
+
+Systems:
+
+- aenvs `process` (num_workers = os.cpu_count()), `thread` (one env per thread) and `inline`,
+  each in two loops: lockstep (`step_and_maybe_reset` on the whole batch) and overlapped
+  (`async_step_and_maybe_reset_recv(min_get=N // 2)`, re-send those envs at once; not for
+  inline, where plain envs run one after the other anyway); on uvloop, as `aenvs run`;
+- gymnasium `SyncVectorEnv` and `AsyncVectorEnv(shared_memory=True)` (default autoreset;
+  context="fork", gymnasium's default on Linux, pinned because importing torchrl switches
+  the global start method to spawn);
+- TorchRL `ParallelEnv(N, GymEnv)` (its default start method, spawn; N = 8 only, as each
+  worker imports torch) and `AsyncEnvPool(backend="multiprocessing", exchange="shm",
+  envs_per_worker=N // os.cpu_count())`, both in a `step_and_maybe_reset` loop;
+- EnvPool (CartPole-v1 only: it has no custom envs).
+
+Every measurement runs for --duration seconds after a --warmup. A peer that fails to import
+or start is left out, with the reason, in the report.
+
+    python benchmarks/throughput.py [--duration S] [--only cartpole,cpu,pixels,startup]
+                                    [--skip-peers torchrl,envpool,gymnasium] [--torch-threads N]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
 import json
+import multiprocessing
 import os
+import platform
+import sys
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import psutil
 import torch
-import uvloop
 
+import aenvs
 from aenvs import AsyncEnvPool
 from aenvs.executors import ProcessExecutor
 
+try:
+    import uvloop
+except ImportError:  # pragma: no cover
+    uvloop = None
 
-def _calibrate(seconds: float = 0.001) -> int:
-    """Rounds of the CPU-bound env's work that take ``seconds`` here (fixed work, not a deadline)."""
-    v, rounds, t0 = np.linspace(0, 1, 2048), 0, time.perf_counter()
-    while time.perf_counter() - t0 < 0.05:
-        v = np.sin(v) + 0.1
-        rounds += 1
-    return max(1, round(rounds * seconds / (time.perf_counter() - t0)))
+CPUS = os.cpu_count() or 1
+ACTION_POOL = 64  # pre-generated random action batches, cycled
+QUIET = 0.2  # cores used by other jobs below which a measurement counts as undisturbed
+ATTEMPTS = 2  # measurements of a cell at most, while other jobs disturb it
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
-ROUNDS = _calibrate()
+# -- the envs ------------------------------------------------------------------------------
 
 
-class CpuBoundEnv(gym.Env):
-    """About 1 ms of numpy work per step (a fixed number of elementwise rounds)."""
+class CpuBoundEnv(gym.Env[np.ndarray, np.int64]):
+    """About 1 ms of numpy per step: ``rounds`` 48x48 matmuls (fixed work, not a deadline)."""
 
     observation_space = gym.spaces.Box(-np.inf, np.inf, (8,), np.float32)
     action_space = gym.spaces.Discrete(2)
 
-    def __init__(self) -> None:
-        self.v = np.linspace(0, 1, 2048)
+    def __init__(self, rounds: int, episode_length: int = 200) -> None:
+        self.rounds = rounds
+        self.episode_length = episode_length
+        rng = np.random.default_rng(0)
+        self.a = rng.standard_normal((48, 48))
+        self.b = rng.standard_normal((48, 48))
+        self.c = np.empty((48, 48))
         self.t = 0
 
-    def reset(self, *, seed=None, options=None):
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
         self.t = 0
         return np.zeros(8, np.float32), {}
 
-    def step(self, action):
-        v = self.v
-        for _ in range(ROUNDS):
-            v = np.sin(v) + 0.1
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        for _ in range(self.rounds):
+            np.matmul(self.a, self.b, out=self.c)
         self.t += 1
-        return v[:8].astype(np.float32), 1.0, False, self.t >= 200, {}
+        obs = (self.c[0, :8] + float(action)).astype(np.float32)
+        return obs, 1.0, False, self.t >= self.episode_length, {}
 
 
-class PixelsEnv(gym.Env):
-    """uint8 4x84x84 frames, cheap steps."""
+class PixelsEnv(gym.Env[np.ndarray, np.int64]):
+    """uint8 4x84x84 frames (28 KB), a cheap step: one row changes, the frame is copied out."""
 
     observation_space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
     action_space = gym.spaces.Discrete(4)
 
-    def __init__(self) -> None:
+    def __init__(self, episode_length: int = 500) -> None:
+        self.episode_length = episode_length
         self.frame = np.zeros((4, 84, 84), np.uint8)
         self.t = 0
 
-    def reset(self, *, seed=None, options=None):
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
         self.t = 0
-        return self.frame, {}
+        self.frame[:] = 0
+        return self.frame.copy(), {}
 
-    def step(self, action):
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         self.t += 1
-        self.frame[:, self.t % 84] = action
-        return self.frame, 0.0, False, self.t >= 500, {}
+        self.frame[:, self.t % 84] = int(action) * 60
+        return self.frame.copy(), 0.0, False, self.t >= self.episode_length, {}
 
 
-def cartpole() -> gym.Env:
-    return gym.make("CartPole-v1")
+def make_env(workload: str, rounds: int) -> gym.Env:
+    """The env of a workload; module-level so that spawned TorchRL workers can unpickle it."""
+    if workload == "cartpole":
+        return gym.make("CartPole-v1")
+    if workload == "cpu":
+        return CpuBoundEnv(rounds)
+    return PixelsEnv()
 
 
-WORKLOADS: dict[str, tuple[Callable[[], gym.Env], tuple[int, ...], str]] = {
-    "cartpole": (cartpole, (2, 8, 32), "CartPole-v1"),
-    "cpu": (CpuBoundEnv, (2, 8, 32), ""),
-    "pixels": (PixelsEnv, (8, 32), ""),
+def make_torchrl_env(workload: str, rounds: int) -> Any:
+    from torchrl.envs import GymEnv, GymWrapper
+
+    if workload == "cartpole":
+        return GymEnv("CartPole-v1")
+    return GymWrapper(make_env(workload, rounds))
+
+
+def calibrate_rounds(seconds: float = 0.001) -> tuple[int, float]:
+    """Matmul rounds that take ``seconds`` on one core here, and the step time they give."""
+    env = CpuBoundEnv(rounds=50)
+    env.reset()
+    for _ in range(20):
+        env.step(np.int64(0))
+    t0 = time.perf_counter()
+    for _ in range(200):
+        env.step(np.int64(0))
+    rounds = max(1, round(50 * seconds / ((time.perf_counter() - t0) / 200)))
+    env = CpuBoundEnv(rounds=rounds)
+    env.reset()
+    samples = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        for _ in range(50):
+            env.step(np.int64(0))
+        samples.append((time.perf_counter() - t0) / 50)
+    return rounds, float(np.median(samples))
+
+
+def _bare_worker(conn: Any, rounds: int, envs: int, duration: float, warmup: float) -> None:
+    envs_ = [CpuBoundEnv(rounds) for _ in range(envs)]
+    for env in envs_:
+        env.reset()
+    steps, t0 = 0, time.perf_counter()
+    while (now := time.perf_counter()) - t0 < warmup + duration:
+        for env in envs_:
+            _, _, terminated, truncated, _ = env.step(np.int64(0))
+            if terminated or truncated:
+                env.reset()
+        if now - t0 >= warmup:
+            steps += len(envs_)
+    conn.send(steps / (now - t0 - warmup))
+
+
+def bare_processes(rounds: int, duration: float, warmup: float) -> float:
+    """Steps/s of one bare process per core stepping 4 CPU-bound envs each: no IPC, no batching.
+    What the machine gives when every core steps envs (the cores share caches and power)."""
+    ctx = multiprocessing.get_context("fork")
+    pipes = [ctx.Pipe(duplex=False) for _ in range(CPUS)]
+    procs = [ctx.Process(target=_bare_worker, args=(w, rounds, 4, duration, warmup)) for _, w in pipes]
+    for p in procs:
+        p.start()
+    total = sum(r.recv() for r, _ in pipes)
+    for p in procs:
+        p.join()
+    return total
+
+
+WORKLOADS: dict[str, tuple[str, tuple[int, ...], int]] = {  # name -> (title, N, action count)
+    "cartpole": ("CartPole-v1 (cheap steps)", (2, 8, 32), 2),
+    "cpu": ("CPU-bound env (~1 ms of numpy per step)", (2, 8, 32), 2),
+    "pixels": ("Large observations (uint8 4x84x84, cheap steps)", (8, 32), 4),
 }
+TORCHRL_PARALLEL_SIZES = (8,)  # ParallelEnv spawns one torch-importing process per env
+
+
+# -- measuring -------------------------------------------------------------------------------
 
 
 @dataclass
@@ -101,223 +211,542 @@ class Row:
     system: str
     n: int
     steps_per_s: float
+    foreign_cores: float  # cores busy outside this benchmark's processes meanwhile (shared machines)
+    startup_s: float | None = None
 
 
-def timed(step: Callable[[], int], duration: float) -> float:
-    end = time.perf_counter() + 0.3
+@dataclass
+class Startup:
+    system: str
+    seconds: float
+    worker_uss_mb: list[float] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def uss_sum(self) -> float:
+        return sum(self.worker_uss_mb)
+
+    @property
+    def uss_mean(self) -> float:
+        return self.uss_sum / len(self.worker_uss_mb) if self.worker_uss_mb else float("nan")
+
+
+@dataclass
+class Run:
+    duration: float
+    warmup: float
+    rows: list[Row] = field(default_factory=list)
+    startup: list[Startup] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def cpu_sample() -> tuple[float, float, float]:
+    """(time, busy core-seconds of the machine, core-seconds of this process and its descendants)."""
+    t = psutil.cpu_times()
+    busy = t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+    busy += getattr(t, "steal", 0.0)
+    me = psutil.Process()
+    ours = 0.0
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            c = p.cpu_times()
+            ours += c.user + c.system
+        except psutil.Error:
+            pass
+    return time.perf_counter(), busy, ours
+
+
+def foreign_cores(start: tuple[float, float, float]) -> float:
+    """Cores that other jobs used since ``start``: a cell measured beside them is suspect."""
+    end = cpu_sample()
+    return max(0.0, ((end[1] - start[1]) - (end[2] - start[2])) / (end[0] - start[0]))
+
+
+def run_for(step: Callable[[], int], duration: float, warmup: float) -> tuple[float, float]:
+    """Env steps per second of ``step`` (which returns the env steps it took) over ``duration``,
+    and the cores other jobs used meanwhile; measured again (up to ATTEMPTS) while they are busy."""
+    end = time.perf_counter() + warmup
     while time.perf_counter() < end:
         step()
-    steps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < duration:
-        steps += step()
-    return steps / (time.perf_counter() - t0)
+    best = (0.0, float("inf"))
+    for _ in range(ATTEMPTS):
+        steps, start = 0, cpu_sample()
+        t0 = time.perf_counter()
+        while (now := time.perf_counter()) - t0 < duration:
+            steps += step()
+        best = min(best, (steps / (now - t0), foreign_cores(start)), key=lambda m: m[1])
+        if best[1] < QUIET:
+            break
+    return best
 
 
-async def atimed(step: Callable[[], object], duration: float) -> float:
-    end = time.perf_counter() + 0.3
+async def arun_for(step: Callable[[], Awaitable[int]], duration: float, warmup: float) -> tuple[float, float]:
+    end = time.perf_counter() + warmup
     while time.perf_counter() < end:
-        await step()  # type: ignore[misc]
-    steps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < duration:
-        steps += await step()  # type: ignore[misc]
-    return steps / (time.perf_counter() - t0)
+        await step()
+    best = (0.0, float("inf"))
+    for _ in range(ATTEMPTS):
+        steps, start = 0, cpu_sample()
+        t0 = time.perf_counter()
+        while (now := time.perf_counter()) - t0 < duration:
+            steps += await step()
+        best = min(best, (steps / (now - t0), foreign_cores(start)), key=lambda m: m[1])
+        if best[1] < QUIET:
+            break
+    return best
 
 
-def executor_for(name: str, n: int):
-    return ProcessExecutor() if name == "process" else name
+def uss_mb(pids: list[int]) -> list[float]:
+    out = []
+    for pid in pids:
+        try:
+            out.append(psutil.Process(pid).memory_full_info().uss / 2**20)
+        except psutil.Error:
+            pass
+    return out
 
 
-async def aenvs_rows(workload: str, make: Callable[[], gym.Env], n: int, duration: float) -> list[Row]:
+def run_async(coro: Awaitable[Any]) -> Any:
+    """On uvloop where installed (what ``aenvs run`` uses), else asyncio's loop."""
+    factory = uvloop.new_event_loop if uvloop is not None else None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(coro)  # pyright: ignore[reportArgumentType]
+
+
+# -- aenvs -----------------------------------------------------------------------------------
+
+
+async def aenvs_rows(workload: str, rounds: int, n: int, n_actions: int, run: Run) -> list[Row]:
     rows = []
-    n_actions = make().action_space.n  # type: ignore[attr-defined]
-    actions = [torch.randint(0, n_actions, (n,)) for _ in range(64)]
-    for executor in ("process", "thread", "inline"):
-        async with AsyncEnvPool([make] * n, executor=executor_for(executor, n)) as pool:
+    actions = [torch.randint(0, n_actions, (n,)) for _ in range(ACTION_POOL)]
+    env_fn = functools.partial(make_env, workload, rounds)
+    for name in ("process", "thread", "inline"):
+        executor = ProcessExecutor(num_workers=CPUS) if name == "process" else name
+        t0 = time.perf_counter()
+        async with AsyncEnvPool([env_fn] * n, executor=executor) as pool:
             td = await pool.reset()
+            startup = time.perf_counter() - t0
             k = 0
 
             async def lockstep() -> int:
                 nonlocal td, k
-                td["action"] = actions[k % 64]
+                td["action"] = actions[k % ACTION_POOL]
                 k += 1
                 _, td = await pool.step_and_maybe_reset(td)
                 return n
 
-            rows.append(Row(workload, f"aenvs {executor} lockstep", n, await atimed(lockstep, duration)))
-            if executor == "inline":
-                continue  # plain envs on the loop run one after the other: nothing to overlap
+            sps, foreign = await arun_for(lockstep, run.duration, run.warmup)
+            rows.append(Row(workload, f"aenvs {name} lockstep", n, sps, foreign, startup))
+            if name == "inline":
+                continue
             td["action"] = actions[0]
             await pool.async_step_and_maybe_reset_send(td)
 
             async def overlapped() -> int:
                 nonlocal k
-                _, nxt = await pool.async_step_and_maybe_reset_recv(min_get=max(1, n // 2))
-                nxt["action"] = actions[k % 64][: nxt.batch_size[0]]
+                _, ready = await pool.async_step_and_maybe_reset_recv(min_get=max(1, n // 2))
+                got = ready.batch_size[0]
+                ready["action"] = actions[k % ACTION_POOL][:got]
                 k += 1
-                await pool.async_step_and_maybe_reset_send(nxt)
-                return nxt.batch_size[0]
+                await pool.async_step_and_maybe_reset_send(ready)
+                return got
 
-            rows.append(Row(workload, f"aenvs {executor} overlapped", n, await atimed(overlapped, duration)))
+            sps, foreign = await arun_for(overlapped, run.duration, run.warmup)
+            rows.append(Row(workload, f"aenvs {name} overlapped", n, sps, foreign, startup))
             await pool.async_step_and_maybe_reset_recv(min_get=n)
     return rows
 
 
-def gymnasium_rows(workload: str, make: Callable[[], gym.Env], n: int, duration: float) -> list[Row]:
+# -- peers -------------------------------------------------------------------------------------
+
+
+def gymnasium_rows(workload: str, rounds: int, n: int, n_actions: int, run: Run) -> list[Row]:
     rows = []
-    for name, factory in (
-        ("gymnasium SyncVectorEnv", lambda: gym.vector.SyncVectorEnv([make] * n)),
-        ("gymnasium AsyncVectorEnv", lambda: gym.vector.AsyncVectorEnv([make] * n, shared_memory=True)),
-    ):
+    env_fn = functools.partial(make_env, workload, rounds)
+    rng = np.random.default_rng(0)
+    actions = [rng.integers(0, n_actions, n) for _ in range(ACTION_POOL)]
+    factories: list[tuple[str, Callable[[], gym.vector.VectorEnv]]] = [
+        ("gymnasium SyncVectorEnv", lambda: gym.vector.SyncVectorEnv([env_fn] * n)),
+        (
+            "gymnasium AsyncVectorEnv",
+            lambda: gym.vector.AsyncVectorEnv([env_fn] * n, shared_memory=True, context="fork"),
+        ),
+    ]
+    for name, factory in factories:
+        t0 = time.perf_counter()
         envs = factory()
-        envs.reset(seed=0)
-        actions = [envs.action_space.sample() for _ in range(64)]
-        k = 0
+        try:
+            envs.reset(seed=0)
+            startup = time.perf_counter() - t0
+            k = 0
 
-        def step(envs=envs, actions=actions) -> int:
-            nonlocal k
-            envs.step(actions[k % 64])
-            k += 1
-            return n
+            def step(envs: gym.vector.VectorEnv = envs) -> int:
+                nonlocal k
+                envs.step(actions[k % ACTION_POOL])
+                k += 1
+                return n
 
-        rows.append(Row(workload, name, n, timed(step, duration)))
-        envs.close()
+            rows.append(Row(workload, name, n, *run_for(step, run.duration, run.warmup), startup))
+        finally:
+            envs.close()
     return rows
 
 
-def torchrl_rows(
-    workload: str, env_id: str, make: Callable[[], gym.Env], n: int, duration: float
-) -> list[Row]:
-    try:
-        from torchrl.envs import GymEnv, GymWrapper, ParallelEnv
-    except Exception as exc:
-        print(f"torchrl skipped: {exc!r}")
-        return []
+def torchrl_rows(workload: str, rounds: int, n: int, run: Run) -> list[Row]:
+    from torchrl.envs import AsyncEnvPool as TorchRLAsyncEnvPool, ParallelEnv
 
-    def create():
-        return GymEnv(env_id) if env_id else GymWrapper(make())
-
-    env = ParallelEnv(n, create)
-    td = env.reset()
+    maker = functools.partial(make_torchrl_env, workload, rounds)
+    factories: list[tuple[str, Callable[[], Any]]] = []
+    if n in TORCHRL_PARALLEL_SIZES:
+        factories.append(("torchrl ParallelEnv", lambda: ParallelEnv(n, maker)))
+    factories.append(
+        (
+            "torchrl AsyncEnvPool",
+            lambda: TorchRLAsyncEnvPool(  # pyright: ignore[reportAbstractUsage]
+                [maker] * n,
+                backend="multiprocessing",
+                exchange="shm",
+                envs_per_worker=max(1, n // CPUS),
+            ),
+        )
+    )
     rows = []
+    for name, factory in factories:
+        try:
+            rows.append(torchrl_row(workload, name, factory, n, run))
+        except Exception as exc:
+            run.skipped.append(f"{name} ({workload}, N={n}): {exc!r}")
+            traceback.print_exc()
+    return rows
+
+
+def torchrl_row(workload: str, name: str, factory: Callable[[], Any], n: int, run: Run) -> Row:
+    t0 = time.perf_counter()
+    env = factory()
     try:
+        td = env.reset()
+        startup = time.perf_counter() - t0
+        actions = [env.full_action_spec["action"].rand() for _ in range(ACTION_POOL)]  # one-hot
+        k = 0
 
         def step() -> int:
-            nonlocal td
-            td = env.rand_action(td)
+            nonlocal td, k
+            td.set("action", actions[k % ACTION_POOL])
+            k += 1
             _, td = env.step_and_maybe_reset(td)
             return n
 
-        rows.append(Row(workload, "torchrl ParallelEnv", n, timed(step, duration)))
+        return Row(workload, name, n, *run_for(step, run.duration, run.warmup), startup)
     finally:
         env.close()
-    return rows
 
 
-def envpool_rows(n: int, duration: float) -> list[Row]:
-    try:
-        import envpool  # pyright: ignore[reportMissingImports]
-    except Exception as exc:
-        print(f"envpool skipped: {exc!r}")
-        return []
-    envs = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=n)
+def envpool_rows(workload: str, n: int, run: Run) -> list[Row]:
+    import envpool  # pyright: ignore[reportMissingImports]
+
+    t0 = time.perf_counter()
+    envs = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=n, seed=0)
     envs.reset()
-    actions = np.zeros(n, np.int32)
+    startup = time.perf_counter() - t0
+    rng = np.random.default_rng(0)
+    actions = [rng.integers(0, 2, n, dtype=np.int32) for _ in range(ACTION_POOL)]
+    k = 0
 
     def step() -> int:
-        envs.step(actions)
+        nonlocal k
+        envs.step(actions[k % ACTION_POOL])
+        k += 1
         return n
 
-    return [Row("cartpole", "envpool", n, timed(step, duration))]
+    try:
+        return [Row(workload, "envpool", n, *run_for(step, run.duration, run.warmup), startup)]
+    finally:
+        envs.close()
 
 
-def startup_rows(skip: set[str]) -> list[dict]:
+def guarded(what: str, run: Run, measure: Callable[..., list[Row]], *args: Any) -> list[Row]:
+    """A peer's rows, or none and a note in the report when it fails."""
+    try:
+        return measure(*args)
+    except Exception as exc:
+        run.skipped.append(f"{what}: {exc!r}")
+        traceback.print_exc()
+        return []
+
+
+# -- start-up ------------------------------------------------------------------------------------
+
+
+def startup_rows(n: int, peers: set[str], run: Run) -> list[Startup]:
     out = []
+    cartpole = functools.partial(make_env, "cartpole", 0)
 
-    async def aenvs_start() -> tuple[float, float]:
+    async def aenvs_start() -> tuple[float, list[float]]:
         t0 = time.perf_counter()
-        executor = ProcessExecutor(num_workers=8)
-        async with AsyncEnvPool([cartpole] * 8, executor=executor) as pool:
+        executor = ProcessExecutor(num_workers=n)
+        async with AsyncEnvPool([cartpole] * n, executor=executor) as pool:
             await pool.reset()
-            took = time.perf_counter() - t0
-            uss = np.mean([psutil.Process(p).memory_full_info().uss for p in executor.pids]) / 2**20
-        return took, float(uss)
+            seconds = time.perf_counter() - t0
+            return seconds, uss_mb(executor.pids)
 
-    for attempt in ("cold", "warm"):
-        took, uss = uvloop.run(aenvs_start())
-        out.append({"system": f"aenvs process ({attempt} zygote)", "seconds": took, "worker_uss_mb": uss})
-    t0 = time.perf_counter()
-    envs = gym.vector.AsyncVectorEnv([cartpole] * 8, shared_memory=True)
-    envs.reset(seed=0)
-    took = time.perf_counter() - t0
-    uss = np.mean([c.memory_full_info().uss for c in psutil.Process().children()]) / 2**20
-    envs.close()
-    out.append({"system": "gymnasium AsyncVectorEnv", "seconds": took, "worker_uss_mb": float(uss)})
-    if "torchrl" not in skip:
+    for attempt in ("cold zygote", "warm zygote"):
+        seconds, uss = run_async(aenvs_start())
+        zygotes = [p.pid for p in psutil.Process().children() if "aenvs.zygote" in " ".join(p.cmdline())]
+        note = f"+ zygote {uss_mb(zygotes)[0]:.1f} MB once per parent process" if zygotes else ""
+        out.append(Startup(f"aenvs process ({attempt})", seconds, uss, note))
+
+    if "gymnasium" in peers:
+        t0 = time.perf_counter()
+        envs = gym.vector.AsyncVectorEnv([cartpole] * n, shared_memory=True, context="fork")
+        envs.reset(seed=0)
+        seconds = time.perf_counter() - t0
+        pids = [p.pid for p in envs.processes if p.pid is not None]
+        out.append(Startup("gymnasium AsyncVectorEnv", seconds, uss_mb(pids)))
+        envs.close()
+
+    if "torchrl" in peers:
         try:
-            from torchrl.envs import GymEnv, ParallelEnv
+            from torchrl.envs import ParallelEnv
 
+            before = {p.pid for p in psutil.Process().children(recursive=True)}
             t0 = time.perf_counter()
-            env = ParallelEnv(8, lambda: GymEnv("CartPole-v1"))
+            env = ParallelEnv(n, functools.partial(make_torchrl_env, "cartpole", 0))
             env.reset()
-            took = time.perf_counter() - t0
-            kids = psutil.Process().children(recursive=True)
-            uss = np.mean([c.memory_full_info().uss for c in kids]) / 2**20 if kids else float("nan")
+            seconds = time.perf_counter() - t0
+            kids = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+            # spawn also starts multiprocessing's resource tracker: count the env workers only
+            workers = [p.pid for p in kids if "resource_tracker" not in " ".join(p.cmdline())]
+            out.append(Startup("torchrl ParallelEnv (spawn)", seconds, uss_mb(workers)))
             env.close()
-            out.append({"system": "torchrl ParallelEnv", "seconds": took, "worker_uss_mb": float(uss)})
         except Exception as exc:
-            print(f"torchrl start-up skipped: {exc!r}")
+            run.skipped.append(f"torchrl ParallelEnv start-up: {exc!r}")
     return out
+
+
+# -- the report ------------------------------------------------------------------------------------
+
+REFERENCE = "aenvs process lockstep"
+
+
+def find(rows: list[Row], workload: str, system: str, n: int) -> Row | None:
+    return next((r for r in rows if (r.workload, r.system, r.n) == (workload, system, n)), None)
+
+
+def tables(run: Run, meta: dict[str, Any]) -> str:
+    lines = [
+        "# Throughput: env steps per second (higher is better)",
+        "",
+        f"`{meta['command']}` on {meta['machine']}, {meta['wall_s'] / 60:.1f} min; {meta['versions']}; "
+        f"torch threads in the benchmark process: {meta['torch_threads']}.",
+        "",
+        f"Each cell: {run.duration:g} s of stepping after {run.warmup:g} s of warm-up, random actions, auto-reset.",
+        f"For a peer, `(r x)` = {REFERENCE} steps/s / that peer's steps/s: r > 1 means aenvs is r times faster.",
+        f"† other jobs on the machine used >= {QUIET} cores during that cell (after {ATTEMPTS} attempts).",
+        "",
+    ]
+    for workload, (title, sizes, _) in WORKLOADS.items():
+        rows = [r for r in run.rows if r.workload == workload]
+        if not rows:
+            continue
+        lines += [f"## {title}", ""]
+        if workload == "cpu":
+            lines += [
+                f"One step = {meta['cpu_rounds']} 48x48 matmuls = {meta['cpu_step_ms']:.3f} ms on one core: "
+                f"the {CPUS}-core bound is {meta['cpu_bound']:,.0f} steps/s. {CPUS} bare processes stepping "
+                f"4 envs each (no IPC) reach {meta.get('cpu_bare', float('nan')):,.0f} steps/s.",
+                "",
+            ]
+        lines += ["| system | " + " | ".join(f"N={n}" for n in sizes) + " |"]
+        lines += ["|---|" + "---:|" * len(sizes)]
+        systems = list(dict.fromkeys(r.system for r in rows))
+        for system in systems:
+            cells = []
+            for n in sizes:
+                row, ref = find(rows, workload, system, n), find(rows, workload, REFERENCE, n)
+                if row is None:
+                    cells.append("-")
+                else:
+                    cell = f"{row.steps_per_s:,.0f}" + ("†" if row.foreign_cores >= QUIET else "")
+                    if not system.startswith("aenvs") and ref is not None:
+                        cell += f" ({ref.steps_per_s / row.steps_per_s:.2f}x)"
+                    cells.append(cell)
+            lines.append(f"| {system} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if run.startup:
+        lines += [
+            "## Start-up: 8 worker processes (CartPole-v1) to the first reset",
+            "",
+            "| system | seconds | worker USS sum (MB) | worker USS mean (MB) | |",
+            "|---|---:|---:|---:|---|",
+        ]
+        for s in run.startup:
+            lines.append(f"| {s.system} | {s.seconds:.3f} | {s.uss_sum:.1f} | {s.uss_mean:.1f} | {s.note} |")
+        lines.append("")
+    lines += targets(run, meta)
+    if run.skipped:
+        lines += ["## Left out", ""] + [f"- {s}" for s in run.skipped] + [""]
+    return "\n".join(lines)
+
+
+def targets(run: Run, meta: dict[str, Any]) -> list[str]:
+    """The issue's targets, each with what this run measured."""
+    checks: list[tuple[str, str, bool]] = []
+
+    def ratio(workload: str, peer: str, n: int = 8) -> float | None:
+        ours, theirs = find(run.rows, workload, REFERENCE, n), find(run.rows, workload, peer, n)
+        if ours is None or theirs is None:
+            return None
+        return ours.steps_per_s / theirs.steps_per_s
+
+    for peer, goal in (("gymnasium AsyncVectorEnv", 2.0), ("torchrl ParallelEnv", 10.0)):
+        if (r := ratio("cartpole", peer)) is not None:
+            checks.append(
+                (f"CartPole N=8: aenvs process lockstep >= {goal:g}x {peer}", f"{r:.2f}x", r >= goal)
+            )
+    if (ours := find(run.rows, "cpu", REFERENCE, 8)) is not None:
+        bound = meta["cpu_bound"]
+        checks.append(
+            (
+                f"CPU-bound N=8: >= 90% of the {CPUS}-core bound ({bound:,.0f} steps/s)",
+                f"{ours.steps_per_s:,.0f} = {ours.steps_per_s / bound:.0%}",
+                ours.steps_per_s >= 0.9 * bound,
+            )
+        )
+        if "cpu_bare" in meta:
+            bare = meta["cpu_bare"]
+            checks.append(
+                (
+                    f"(for reference) CPU-bound N=8 against {CPUS} bare processes ({bare:,.0f} steps/s)",
+                    f"{ours.steps_per_s / bare:.0%}",
+                    ours.steps_per_s >= 0.9 * bare,
+                )
+            )
+        peers = [r for r in run.rows if r.workload == "cpu" and r.n == 8 and not r.system.startswith("aenvs")]
+        if peers:
+            best = max(peers, key=lambda r: r.steps_per_s)
+            checks.append(
+                (
+                    "CPU-bound N=8: not below any peer",
+                    f"best peer {best.system} {best.steps_per_s:,.0f}",
+                    ours.steps_per_s >= best.steps_per_s,
+                )
+            )
+    if (r := ratio("pixels", "gymnasium AsyncVectorEnv")) is not None:
+        checks.append(("Large obs N=8: >= 1.5x gymnasium AsyncVectorEnv (shm)", f"{r:.2f}x", r >= 1.5))
+    by_name = {s.system: s for s in run.startup}
+    cold = by_name.get("aenvs process (cold zygote)")
+    if cold is not None:
+        checks.append(
+            ("Start-up of 8 workers < 1 s (cold zygote)", f"{cold.seconds:.3f} s", cold.seconds < 1)
+        )
+        if (trl := by_name.get("torchrl ParallelEnv (spawn)")) is not None:
+            r = trl.seconds / cold.seconds
+            checks.append(("Start-up >= 10x faster than TorchRL ParallelEnv", f"{r:.0f}x", r >= 10))
+        if (gym_ := by_name.get("gymnasium AsyncVectorEnv")) is not None:
+            checks.append(
+                (
+                    "Worker USS beside gymnasium's (mean, within 10%)",
+                    f"{cold.uss_mean:.1f} MB vs {gym_.uss_mean:.1f} MB",
+                    cold.uss_mean <= 1.1 * gym_.uss_mean,
+                )
+            )
+    if not checks:
+        return []
+    lines = ["## Targets", "", "| target | measured | holds |", "|---|---:|---|"]
+    lines += [f"| {what} | {got} | {'yes' if ok else '**no**'} |" for what, got, ok in checks]
+    return [*lines, ""]
+
+
+# -- main -----------------------------------------------------------------------------------------
+
+
+def versions() -> str:
+    out = [f"Python {platform.python_version()}", f"aenvs {aenvs.__version__}"]
+    for package in ("torch", "tensordict", "gymnasium", "numpy", "torchrl", "envpool", "uvloop"):
+        try:
+            out.append(f"{package} {metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return ", ".join(out)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--duration", type=float, default=2.0)
-    parser.add_argument("--only", default="cartpole,cpu,pixels,startup")
-    parser.add_argument("--skip", default="", help="peers to leave out: torchrl,envpool,gymnasium")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "throughput"))
+    parser.add_argument("--duration", type=float, default=2.0, help="seconds measured per cell")
+    parser.add_argument("--warmup", type=float, default=0.3, help="seconds stepped before measuring")
+    parser.add_argument("--only", default="cartpole,cpu,pixels,startup", help="sections to run")
+    parser.add_argument("--skip-peers", default="", help="peers to leave out: torchrl,envpool,gymnasium")
+    parser.add_argument(
+        "--torch-threads", type=int, default=0, help="torch.set_num_threads here (default: torch's own)"
+    )
+    parser.add_argument("--out", default=RESULTS, help="directory for throughput.md and throughput.json")
     args = parser.parse_args()
-    only, skip = set(args.only.split(",")), set(filter(None, args.skip.split(",")))
-    rows: list[Row] = []
-    for workload, (make, sizes, env_id) in WORKLOADS.items():
+    only = set(args.only.split(","))
+    peers = {"gymnasium", "torchrl", "envpool"} - set(filter(None, args.skip_peers.split(",")))
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    run = Run(args.duration, args.warmup)
+    begin = time.perf_counter()
+
+    for peer, module in (("torchrl", "torchrl.envs"), ("envpool", "envpool")):
+        if peer in peers:
+            try:
+                __import__(module)
+            except Exception as exc:
+                run.skipped.append(f"{peer}: does not import here ({exc!r})")
+                peers.discard(peer)
+
+    rounds, step_s = calibrate_rounds()
+    with open("/proc/cpuinfo") as f:
+        models = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    cpu_model = models[0] if models else platform.processor()
+    meta: dict[str, Any] = {
+        "machine": f"{CPUS} cores ({cpu_model})",
+        "versions": versions(),
+        "cpu_rounds": rounds,
+        "cpu_step_ms": step_s * 1e3,
+        "cpu_bound": CPUS / step_s,
+        "command": " ".join(["python", *sys.argv]),
+        "torch_threads": torch.get_num_threads(),
+    }
+    if "cpu" in only:
+        meta["cpu_bare"] = bare_processes(rounds, args.duration, args.warmup)
+    print(
+        f"cpu env: {rounds} matmuls = {step_s * 1e3:.3f} ms a step; bound {CPUS / step_s:,.0f} steps/s; "
+        f"{CPUS} bare processes: {meta.get('cpu_bare', float('nan')):,.0f} steps/s"
+    )
+
+    if "startup" in only:  # first, so that the aenvs zygote is cold for its first pool
+        run.startup = startup_rows(8, peers, run)
+        print(f"startup done ({time.perf_counter() - begin:.0f} s)", flush=True)
+    for workload, (_, sizes, n_actions) in WORKLOADS.items():
         if workload not in only:
             continue
         for n in sizes:
-            rows += uvloop.run(aenvs_rows(workload, make, n, args.duration))
-            if "gymnasium" not in skip:
-                rows += gymnasium_rows(workload, make, n, args.duration)
-            if "torchrl" not in skip and n == 8:
-                rows += torchrl_rows(workload, env_id, make, n, args.duration)
-            if "envpool" not in skip and workload == "cartpole":
-                rows += envpool_rows(n, args.duration)
-            print(f"{workload} N={n} done", flush=True)
-    lines = [
-        "| workload | N | system | steps/s | aenvs process lockstep / system |",
-        "|---|---:|---|---:|---:|",
-    ]
-    for r in rows:
-        ref = next(
-            x for x in rows if (x.workload, x.n, x.system) == (r.workload, r.n, "aenvs process lockstep")
-        )
-        lines.append(
-            f"| {r.workload} | {r.n} | {r.system} | {r.steps_per_s:,.0f} | {ref.steps_per_s / r.steps_per_s:.2f}x |"
-        )
-    startup = startup_rows(skip) if "startup" in only else []
-    if startup:
-        lines += [
-            "",
-            "| start-up, 8 workers (CartPole) | seconds to first reset | worker USS (MB) |",
-            "|---|---:|---:|",
-        ]
-        lines += [f"| {s['system']} | {s['seconds']:.2f} | {s['worker_uss_mb']:.1f} |" for s in startup]
-    report = "\n".join(lines)
+            run.rows += run_async(aenvs_rows(workload, rounds, n, n_actions, run))
+            if "gymnasium" in peers:
+                run.rows += guarded(
+                    f"gymnasium ({workload}, N={n})", run, gymnasium_rows, workload, rounds, n, n_actions, run
+                )
+            if "envpool" in peers and workload == "cartpole":
+                run.rows += guarded(f"envpool ({workload}, N={n})", run, envpool_rows, workload, n, run)
+            if "torchrl" in peers:
+                run.rows += torchrl_rows(workload, rounds, n, run)
+            print(f"{workload} N={n} done ({time.perf_counter() - begin:.0f} s)", flush=True)
+    meta["wall_s"] = time.perf_counter() - begin
+
+    report = tables(run, meta)
     print(report)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out + ".md", "w") as f:
-        f.write(report + "\n")
-    with open(args.out + ".json", "w") as f:
-        json.dump({"rows": [asdict(r) for r in rows], "startup": startup}, f, indent=2)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "throughput.md"), "w") as f:
+        f.write(report)
+    with open(os.path.join(args.out, "throughput.json"), "w") as f:
+        startup = [{**asdict(s), "uss_sum_mb": s.uss_sum, "uss_mean_mb": s.uss_mean} for s in run.startup]
+        json.dump(
+            {**meta, **asdict(run), "startup": startup, "reference": REFERENCE}, f, indent=2, allow_nan=True
+        )
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ class InlineExecutor(Executor):
         self._runner: EnvRunner | None = None
         self._inbox: dict[int, asyncio.Future[Command]] = {}  # async env -> its next command
         self._drivers: dict[int, asyncio.Task[None]] = {}
+        self._is_async: list[bool] = []  # per env, looked up on every submit
 
     async def start(
         self,
@@ -55,15 +56,16 @@ class InlineExecutor(Executor):
         self.buffers = Buffers.allocate(specs)
         runner.attach({i: self.buffers.rows(i) for i in range(len(env_fns))})
         self._runner = runner
+        self._is_async = [runner.is_async(i) for i in range(len(env_fns))]
         return specs
 
     def submit(self, command: Command) -> None:
         runner, loop = self._runner, self._loop
         assert runner is not None and loop is not None
         plain = []
-        inbox = self._inbox
+        inbox, is_async = self._inbox, self._is_async
         for i in command.env_indices:
-            if runner.is_async(i):
+            if is_async[i]:
                 slot = inbox.get(i)
                 if slot is None:
                     slot = inbox[i] = loop.create_future()
