@@ -1,15 +1,31 @@
-"""Latency benchmark: N envs whose step takes L = 10 ms, against the ideal N / L.
+"""Latency benchmark: N envs whose step takes L = 10 ms, against the ideal N / L steps/s.
 
-inline: a coroutine env (`await asyncio.sleep(L)`), all N in flight on the loop.
-thread: a plain env (`time.sleep(L)`), one thread per env.
-Each pool runs the overlapped loop: receive whatever finished (min_get=1), re-send those
-envs at once. Beside each, in the same run, the bare reference: N asyncio tasks that only
-sleep (inline), N threads of a ThreadPoolExecutor that only sleep (thread).
+inline: a native env whose ``async def step`` awaits ``asyncio.sleep(L)``; all N in flight on the loop.
+thread: a native env whose plain ``step`` blocks in ``time.sleep(L)``; one thread per env.
 
-overhead_us is the pool's own CPU per step: CPU seconds of this process over the
-measured window divided by the steps taken, minus the same figure for the bare reference.
+Each pool runs the overlapped loop an async trainer runs: reset every env, send every env, then
+repeatedly receive whatever finished (``async_step_recv(min_get=1)``) and re-send those envs at
+once. Beside each, in the same run, a bare reference with no pool: N asyncio tasks that only loop
+``await asyncio.sleep(L)`` (inline), and a ``ThreadPoolExecutor(N)`` whose ``time.sleep(L)`` jobs
+are re-submitted as they complete (thread). If gymnasium is installed, its ``AsyncVectorEnv``
+(lockstep ``step_async`` / ``step_wait``) on a ``time.sleep(L)`` env at N=64 is a peer row.
 
-    python benchmarks/latency.py [--duration 3] [--loop uvloop|asyncio] [--json PATH]
+Every row is measured for ``--duration`` seconds after a 0.5 s warm-up. Columns printed:
+
+- steps/s: env steps completed in the window / the window's wall-clock seconds;
+- ideal N/L: every env stepping back to back, no overhead (N / 0.010);
+- % of ideal: steps/s / ideal;
+- CPU us/step: CPU seconds of this process (``time.process_time()``, all its threads) over the
+  window / steps in the window, in microseconds. For AsyncVectorEnv, the parent process only;
+- overhead us/step (pool rows only): the pool's own CPU per step, i.e. the pool row's
+  CPU us/step minus the CPU us/step of its bare reference at the same N (which pays for the
+  sleeps, timers and thread wake-ups themselves).
+
+``--gc-freeze`` calls ``gc.freeze()`` once everything is imported (a long-running trainer can do
+the same): CPython's full collections then skip the ~300k objects torch's import leaves behind,
+which they otherwise walk ~every second at N=1024.
+
+    python benchmarks/latency.py [--duration 3] [--loop uvloop|asyncio] [--json PATH] [--gc-freeze]
 """
 
 from __future__ import annotations
@@ -17,93 +33,114 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import gc
 import json
 import os
 import platform
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
+import tensordict
 import torch
 import uvloop
 from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 
+import aenvs
 from aenvs import AsyncEnvPool, Env
 
-LATENCY = 0.010
-
+LATENCY = 0.010  # L: seconds per env step
+WARMUP = 0.5  # seconds run before each measured window
+INLINE_NS = (64, 256, 1024)
+THREAD_NS = (64, 256)
+PEER_N = 64
+DEFAULT_JSON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "latency.json")
 
 OBSERVATION = np.zeros(1, np.float32)
 
 
+# -- the envs ---------------------------------------------------------------------------
+
+
 class SleepyEnv(Env):
-    """A plain env whose step blocks for LATENCY seconds; it returns a plain dict (cheap to build)."""
+    """A plain env whose step blocks for L; it returns a plain dict (the cheap form aenvs.Env allows)."""
 
     observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
     action_space = spaces.Discrete(2)
 
-    def reset(self, *, seed=None, options=None) -> TensorDictBase:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> TensorDictBase:
         return TensorDict(observation=torch.zeros(1))
 
-    def step(self, td: TensorDictBase) -> dict:  # type: ignore[override]
+    def step(self, td: TensorDictBase) -> dict[str, Any]:  # pyright: ignore[reportIncompatibleMethodOverride]
         time.sleep(LATENCY)
         return {"observation": OBSERVATION, "reward": 0.0, "terminated": False}
 
 
 class AsyncSleepyEnv(SleepyEnv):
-    """The same env, awaiting instead of blocking."""
+    """The same env, awaiting instead of blocking: the inline executor runs all N concurrently."""
 
-    async def step(self, td: TensorDictBase) -> dict:  # type: ignore[override]
+    async def step(self, td: TensorDictBase) -> dict[str, Any]:  # pyright: ignore[reportIncompatibleMethodOverride]
         await asyncio.sleep(LATENCY)
         return {"observation": OBSERVATION, "reward": 0.0, "terminated": False}
+
+
+# -- measuring ----------------------------------------------------------------------------
 
 
 @dataclass
 class Row:
     system: str
+    executor: str
     n: int
     steps_per_s: float
     ideal: float
     percent_of_ideal: float
     cpu_us_per_step: float
-    overhead_us: float = 0.0
+    overhead_us: float | None = None  # pool rows: cpu_us_per_step minus the bare reference's
 
 
-async def measure(loop_body: Callable[[], Awaitable[int]], duration: float) -> tuple[float, float]:
-    """Run ``loop_body`` (returns steps done per call) for ``duration`` seconds: (steps/s, CPU us/step)."""
-    deadline = time.perf_counter() + 0.3  # warm-up
+def make_row(system: str, executor: str, n: int, steps: int, wall: float, cpu: float) -> Row:
+    rate, ideal = steps / wall, n / LATENCY
+    return Row(system, executor, n, rate, ideal, 100 * rate / ideal, 1e6 * cpu / max(steps, 1))
+
+
+async def window(advance: Callable[[], Awaitable[int]], duration: float) -> tuple[int, float, float]:
+    """Call ``advance`` (it returns the steps it saw) through a warm-up, then for ``duration``
+    seconds: (steps, wall seconds, CPU seconds) of the measured part."""
+    deadline = time.perf_counter() + WARMUP
     while time.perf_counter() < deadline:
-        await loop_body()
+        await advance()
     steps = 0
     cpu0, t0 = time.process_time(), time.perf_counter()
     while time.perf_counter() - t0 < duration:
-        steps += await loop_body()
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    return steps / wall, cpu / max(steps, 1) * 1e6
+        steps += await advance()
+    return steps, time.perf_counter() - t0, time.process_time() - cpu0
 
 
 async def pool_row(executor: str, n: int, duration: float) -> Row:
-    env = AsyncSleepyEnv if executor == "inline" else SleepyEnv
-    async with AsyncEnvPool([env] * n, executor=executor) as pool:
+    """The overlapped loop: receive what finished, re-send those envs at once."""
+    env_fn = AsyncSleepyEnv if executor == "inline" else SleepyEnv
+    async with AsyncEnvPool([env_fn] * n, executor=executor) as pool:
         td = await pool.reset()
         td["action"] = torch.zeros(n, dtype=torch.int64)
         await pool.async_step_send(td)
 
-        async def body() -> int:
+        async def advance() -> int:
             out = await pool.async_step_recv(min_get=1)
             await pool.async_step_send(out.select("action", "env_index"))
             return out.batch_size[0]
 
-        rate, cpu = await measure(body, duration)
-        await pool.async_step_recv(min_get=n)
-    ideal = n / LATENCY
-    return Row(f"aenvs {executor}", n, rate, ideal, 100 * rate / ideal, cpu)
+        steps, wall, cpu = await window(advance, duration)
+        await pool.async_step_recv(min_get=n)  # the steps still in flight, before closing
+    return make_row(f"aenvs {executor}", executor, n, steps, wall, cpu)
 
 
 async def bare_tasks_row(n: int, duration: float) -> Row:
-    """N tasks that only sleep: what the loop itself allows."""
+    """N asyncio tasks that only sleep L in a loop: what the event loop itself allows."""
     done = 0
 
     async def sleeper() -> None:
@@ -112,97 +149,116 @@ async def bare_tasks_row(n: int, duration: float) -> Row:
             await asyncio.sleep(LATENCY)
             done += 1
 
-    tasks = [asyncio.create_task(sleeper()) for _ in range(n)]
-
-    async def body() -> int:
+    async def advance() -> int:
         before = done
         await asyncio.sleep(0.05)
         return done - before
 
-    rate, cpu = await measure(body, duration)
+    tasks = [asyncio.create_task(sleeper()) for _ in range(n)]
+    steps, wall, cpu = await window(advance, duration)
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    return Row("bare asyncio tasks", n, rate, n / LATENCY, 100 * rate * LATENCY / n, cpu)
+    return make_row("bare asyncio tasks", "inline", n, steps, wall, cpu)
 
 
 async def bare_threads_row(n: int, duration: float) -> Row:
-    """N threads that only sleep, each job re-submitted on completion."""
-    loop = asyncio.get_running_loop()
-    with concurrent.futures.ThreadPoolExecutor(n) as pool:
-        pending = {loop.run_in_executor(pool, time.sleep, LATENCY) for _ in range(n)}
+    """A ThreadPoolExecutor(N) running time.sleep(L) jobs, each re-submitted from its worker
+    thread as it completes (no event loop involved): what N threads themselves allow."""
+    done = 0
+    lock, stop = threading.Lock(), threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(n) as threads:
 
-        async def body() -> int:
-            nonlocal pending
-            finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            pending |= {loop.run_in_executor(pool, time.sleep, LATENCY) for _ in finished}
-            return len(finished)
+        def resubmit(_: concurrent.futures.Future[None]) -> None:
+            nonlocal done
+            with lock:
+                done += 1
+            if not stop.is_set():
+                threads.submit(time.sleep, LATENCY).add_done_callback(resubmit)
 
-        rate, cpu = await measure(body, duration)
-        await asyncio.wait(pending)
-    return Row("bare ThreadPoolExecutor", n, rate, n / LATENCY, 100 * rate * LATENCY / n, cpu)
+        async def advance() -> int:
+            before = done
+            await asyncio.sleep(0.05)
+            return done - before
+
+        for _ in range(n):
+            threads.submit(time.sleep, LATENCY).add_done_callback(resubmit)
+
+        steps, wall, cpu = await window(advance, duration)
+        stop.set()
+    return make_row("bare ThreadPoolExecutor", "thread", n, steps, wall, cpu)
 
 
-def gymnasium_async_row(n: int, duration: float) -> Row | None:
-    """gymnasium's AsyncVectorEnv (lockstep) on the time.sleep env, where it runs."""
+def gymnasium_row(n: int, duration: float) -> Row | None:
+    """gymnasium's AsyncVectorEnv (lockstep: every step waits for the slowest env) on a
+    time.sleep(L) env, as a peer; None, with a note, where it cannot run."""
     try:
         import gymnasium as gym
 
-        class Sleepy(gym.Env):
+        class GymSleepyEnv(gym.Env):
             observation_space = spaces.Box(-1, 1, (1,), np.float32)
             action_space = spaces.Discrete(2)
 
-            def reset(self, *, seed=None, options=None):
+            def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+                super().reset(seed=seed)
                 return np.zeros(1, np.float32), {}
 
-            def step(self, action):
+            def step(self, action: Any):
                 time.sleep(LATENCY)
                 return np.zeros(1, np.float32), 0.0, False, False, {}
 
-        envs = gym.vector.AsyncVectorEnv([Sleepy] * n, shared_memory=True, context="fork")
-    except Exception as exc:  # an optional peer: report and go on
+        envs = gym.vector.AsyncVectorEnv([GymSleepyEnv] * n, context="fork")
+    except Exception as exc:  # an optional peer: report it and go on
         print(f"gymnasium AsyncVectorEnv skipped: {exc!r}")
         return None
     try:
         envs.reset(seed=0)
         actions = np.zeros(n, np.int64)
-        steps = 0
-        t0, cpu0 = time.perf_counter(), time.process_time()
-        while time.perf_counter() - t0 < duration:
+        deadline = time.perf_counter() + WARMUP
+        while time.perf_counter() < deadline:
             envs.step(actions)
+        steps = 0
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        while time.perf_counter() - t0 < duration:
+            envs.step_async(actions)
+            envs.step_wait()
             steps += n
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    except Exception as exc:
+        print(f"gymnasium AsyncVectorEnv failed: {exc!r}")
+        return None
     finally:
         envs.close()
-    rate = steps / wall
-    return Row("gymnasium AsyncVectorEnv", n, rate, n / LATENCY, 100 * rate * LATENCY / n, cpu / steps * 1e6)
+    return make_row("gymnasium AsyncVectorEnv", "process", n, steps, wall, cpu)
 
 
 async def run(duration: float) -> list[Row]:
+    """Each pool row right after its bare reference at the same N (its overhead is relative to it)."""
     rows: list[Row] = []
-    for n in (64, 256, 1024):
-        bare = await bare_tasks_row(n, duration)
-        pool = await pool_row("inline", n, duration)
+    plan = [("inline", n, bare_tasks_row) for n in INLINE_NS]
+    plan += [("thread", n, bare_threads_row) for n in THREAD_NS]
+    for executor, n, bare_row in plan:
+        bare = await bare_row(n, duration)
+        pool = await pool_row(executor, n, duration)
         pool.overhead_us = pool.cpu_us_per_step - bare.cpu_us_per_step
         rows += [pool, bare]
-    for n in (64, 256):
-        bare = await bare_threads_row(n, duration)
-        pool = await pool_row("thread", n, duration)
-        pool.overhead_us = pool.cpu_us_per_step - bare.cpu_us_per_step
-        rows += [pool, bare]
+        print(f"  done: {executor} N={n}", flush=True)
     return rows
+
+
+# -- reporting ----------------------------------------------------------------------------
 
 
 def table(rows: list[Row]) -> str:
     lines = [
-        "| system | N | steps/s | ideal N/L | % of ideal | CPU us/step | pool overhead us/step |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| system | executor | N | steps/s | ideal N/L | % of ideal | CPU us/step | overhead us/step |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        overhead = f"{r.overhead_us:.1f}" if r.system.startswith("aenvs") else ""
+        overhead = "" if r.overhead_us is None else f"{r.overhead_us:.1f}"
         lines.append(
-            f"| {r.system} | {r.n} | {r.steps_per_s:,.0f} | {r.ideal:,.0f} | {r.percent_of_ideal:.1f}% "
-            f"| {r.cpu_us_per_step:.1f} | {overhead} |"
+            f"| {r.system} | {r.executor} | {r.n} | {r.steps_per_s:,.0f} | {r.ideal:,.0f} "
+            f"| {r.percent_of_ideal:.1f}% | {r.cpu_us_per_step:.1f} | {overhead} |"
         )
     return "\n".join(lines)
 
@@ -212,22 +268,42 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--duration", type=float, default=3.0, help="measured seconds per row")
-    parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
-    parser.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results", "latency.json"))
+    parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="event loop")
+    parser.add_argument("--json", default=DEFAULT_JSON, help="where to write the results")
+    parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() before measuring")
     args = parser.parse_args()
-    factory = uvloop.new_event_loop if args.loop == "uvloop" else asyncio.new_event_loop
-    with asyncio.Runner(loop_factory=factory) as runner:
+
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
+    loop_factory = uvloop.new_event_loop if args.loop == "uvloop" else asyncio.new_event_loop
+    print(f"L = {LATENCY * 1e3:.0f} ms, loop: {args.loop}, {args.duration:g} s per row", flush=True)
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
         rows = runner.run(run(args.duration))
-    peer = gymnasium_async_row(64, args.duration)
+    peer = gymnasium_row(PEER_N, args.duration)
     if peer is not None:
         rows.append(peer)
-    print(
-        f"L = {LATENCY * 1e3:.0f} ms, loop: {args.loop}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    )
+
+    setup = {
+        "latency_s": LATENCY,
+        "duration_s": args.duration,
+        "warmup_s": WARMUP,
+        "loop": args.loop,
+        "gc_freeze": args.gc_freeze,
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "aenvs": aenvs.__version__,
+        "torch": torch.__version__,
+        "tensordict": tensordict.__version__,
+        "uvloop": uvloop.__version__,
+    }
+    print(", ".join(f"{k}={v}" for k, v in setup.items()))
     print(table(rows))
-    os.makedirs(os.path.dirname(args.json), exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as f:
-        json.dump({"latency_s": LATENCY, "loop": args.loop, "rows": [asdict(r) for r in rows]}, f, indent=2)
+        json.dump({**setup, "rows": [asdict(r) for r in rows]}, f, indent=2)
+        f.write("\n")
+    print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":
