@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import math
 import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -24,7 +25,24 @@ from aenvs.commands import Command, Completion
 from aenvs.gym import EnvFn
 from aenvs.specs import EnvSpec
 
-__all__ = ["Executor"]
+__all__ = ["Executor", "split_envs"]
+
+
+def split_envs(
+    num_envs: int, envs_per_worker: int | None, num_workers: int | None, default_workers: int
+) -> list[list[int]]:
+    """Contiguous groups of env indices, one per worker: ``envs_per_worker`` envs each if
+    given, else the envs spread evenly over ``num_workers`` (default ``default_workers``).
+
+    Example:
+        >>> split_envs(5, None, 2, 8)
+        [[0, 1, 2], [3, 4]]
+    """
+    if envs_per_worker is not None:
+        per = envs_per_worker
+    else:
+        per = math.ceil(num_envs / min(num_workers or default_workers, num_envs))
+    return [list(range(i, min(i + per, num_envs))) for i in range(0, num_envs, per)]
 
 
 class Executor(abc.ABC):

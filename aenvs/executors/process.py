@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 import pickle
 import signal
@@ -35,7 +34,7 @@ import cloudpickle
 
 from aenvs.commands import Command, CommandKind, Completion, RemoteError
 from aenvs.errors import EnvCrashedError
-from aenvs.executors.base import Executor
+from aenvs.executors.base import Executor, split_envs
 from aenvs.gym import EnvFn
 from aenvs.shm import SharedArena
 from aenvs.specs import EnvSpec
@@ -111,11 +110,7 @@ class ProcessExecutor(Executor):
         self._closing = False
 
     def _plan(self, num_envs: int) -> list[list[int]]:
-        if self.envs_per_worker is not None:
-            per = self.envs_per_worker
-        else:
-            per = math.ceil(num_envs / min(self.num_workers or os.cpu_count() or 1, num_envs))
-        return [list(range(i, min(i + per, num_envs))) for i in range(0, num_envs, per)]
+        return split_envs(num_envs, self.envs_per_worker, self.num_workers, os.cpu_count() or 1)
 
     @property
     def pids(self) -> list[int]:

@@ -10,7 +10,6 @@ env stuck in a step cannot keep the interpreter from exiting.
 from __future__ import annotations
 
 import asyncio
-import math
 import queue
 import threading
 from collections.abc import Mapping, Sequence
@@ -18,7 +17,7 @@ from typing import Any
 
 from aenvs.buffers import Buffers
 from aenvs.commands import Command, Completion, RemoteError
-from aenvs.executors.base import Executor
+from aenvs.executors.base import Executor, split_envs
 from aenvs.gym import EnvFn
 from aenvs.runner import EnvRunner
 from aenvs.specs import EnvSpec
@@ -42,7 +41,7 @@ class ThreadExecutor(Executor):
 
     Args:
         envs_per_worker: envs hosted by one thread (default 1: one thread per env).
-        num_workers: number of threads instead (envs are spread evenly over them).
+        num_workers: number of threads instead (envs spread evenly; envs_per_worker wins if both are given).
         close_timeout: seconds ``aclose`` waits for threads to finish their command.
 
     Example:
@@ -71,11 +70,7 @@ class ThreadExecutor(Executor):
         self._exited: list[asyncio.Future[None]] = []
 
     def _plan(self, num_envs: int) -> list[list[int]]:
-        if self.num_workers is not None:
-            per = math.ceil(num_envs / min(self.num_workers, num_envs))
-        else:
-            per = self.envs_per_worker or 1
-        return [list(range(i, min(i + per, num_envs))) for i in range(0, num_envs, per)]
+        return split_envs(num_envs, self.envs_per_worker, self.num_workers, num_envs)
 
     async def start(
         self,
