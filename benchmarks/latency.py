@@ -37,6 +37,7 @@ import gc
 import json
 import os
 import platform
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -199,11 +200,13 @@ def gymnasium_row(n: int, duration: float) -> Row | None:
             observation_space = spaces.Box(-1, 1, (1,), np.float32)
             action_space = spaces.Discrete(2)
 
-            def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+            def reset(
+                self, *, seed: int | None = None, options: dict[str, Any] | None = None
+            ) -> tuple[np.ndarray, dict[str, Any]]:
                 super().reset(seed=seed)
                 return np.zeros(1, np.float32), {}
 
-            def step(self, action: Any):
+            def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
                 time.sleep(LATENCY)
                 return np.zeros(1, np.float32), 0.0, False, False, {}
 
@@ -285,6 +288,7 @@ def main() -> None:
         rows.append(peer)
 
     setup = {
+        "command": " ".join(["python", *sys.argv]),
         "latency_s": LATENCY,
         "duration_s": args.duration,
         "warmup_s": WARMUP,
