@@ -20,6 +20,7 @@ class CommandKind(enum.Enum):
     CALL = "call"
     GET_ATTR = "get_attr"
     SET_ATTR = "set_attr"
+    REBUILD = "rebuild"  # close the env and build it again from its factory (a restart in place)
 
     @property
     def is_transition(self) -> bool:

@@ -71,10 +71,15 @@ class EnvRunner:
         Discrete(2)
     """
 
-    def __init__(self, adapters: Mapping[int, Any]) -> None:
+    def __init__(
+        self,
+        adapters: Mapping[int, Any],
+        recipes: Mapping[int, tuple[EnvFn, EnvContext, Mapping[str, Any] | None]] | None = None,
+    ) -> None:
         self._slots = {i: _Slot(adapter) for i, adapter in adapters.items()}
         self.specs: dict[int, EnvSpec] = {i: a.spec for i, a in adapters.items()}
         self.has_async = any(a.is_async for a in adapters.values())
+        self._recipes = dict(recipes or {})  # how each env was built: REBUILD builds it again
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
@@ -89,18 +94,21 @@ class EnvRunner:
     ) -> EnvRunner:
         """Build the envs of ``env_fns`` (env index -> factory); raise EnvError naming a failing one."""
         adapters: dict[int, Any] = {}
+        recipes = {
+            i: (fn, EnvContext(i, worker_index, num_envs, (seeds or {}).get(i)), (make_kwargs or {}).get(i))
+            for i, fn in env_fns.items()
+        }
         try:
-            for i, fn in env_fns.items():
-                context = EnvContext(i, worker_index, num_envs, (seeds or {}).get(i))
+            for i, (fn, context, kwargs) in recipes.items():
                 try:
-                    adapters[i] = make_adapter(build_env(fn, context, (make_kwargs or {}).get(i)))
+                    adapters[i] = make_adapter(build_env(fn, context, kwargs))
                 except Exception as exc:
                     error = RemoteError.capture(exc)
                     raise EnvError(i, "make", error.traceback, error.exc_type) from None
         except BaseException:
             cls(adapters).close()
             raise
-        return cls(adapters)
+        return cls(adapters, recipes)
 
     @property
     def env_indices(self) -> list[int]:
@@ -167,11 +175,39 @@ class EnvRunner:
                 value = adapter.get_attr(command.name)
             elif kind is CommandKind.SET_ATTR:
                 value = adapter.set_attr(command.name, command.args[0])
+            elif kind is CommandKind.REBUILD:
+                value = await self._rebuild(i, slot)
             else:  # pragma: no cover - exhaustive over CommandKind
                 raise AssertionError(kind)
             return Completion(i, kind, value=value)
         except Exception as exc:
             return Completion(i, kind, error=RemoteError.capture(exc))
+
+    async def rebuild(self, i: int) -> None:
+        """Close env ``i`` and build it again from its factory, into the same buffer rows.
+
+        Raises EnvError (command ``"make"``) when the factory fails.
+        """
+        try:
+            await self._rebuild(i, self._slots[i])
+        except Exception as exc:
+            error = RemoteError.capture(exc)
+            raise EnvError(i, "make", error.traceback, error.exc_type) from None
+
+    async def _rebuild(self, i: int, slot: _Slot) -> None:
+        try:
+            await _resolve(slot.adapter.close())
+        except Exception:
+            pass  # the env failed before: closing it may fail too, and must not stop the rebuild
+        fn, context, kwargs = self._recipes[i]
+        adapter = make_adapter(build_env(fn, context, kwargs))
+        difference = self.specs[i].layout_difference(adapter.spec)
+        if difference is not None:
+            await _resolve(adapter.close())
+            raise ValueError(f"env {i} was rebuilt with a different layout: {difference}")
+        slot.adapter = adapter
+        if slot.rows is not None:
+            slot.attach(slot.rows)
 
     @staticmethod
     def _write(rows: dict[Key, np.ndarray], items: list[tuple[Key, Any]]) -> dict[Key, Any] | None:

@@ -91,6 +91,33 @@ class Executor(abc.ABC):
     def kill(self) -> None:
         """Stop everything now. Synchronous, idempotent, safe from ``__del__``."""
 
+    # -- restarts: the pool's on_error="restart" and its per-command timeouts ---------
+
+    def worker_alive(self, env_index: int) -> bool:
+        """Whether the worker hosting ``env_index`` still runs commands (else :meth:`respawn` it)."""
+        return True
+
+    def abort(self, env_indices: Sequence[int]) -> None:
+        """Give up on the commands in flight for these envs (they outlived a timeout).
+
+        Stops the workers hosting them now (kills the process or actor, abandons the
+        thread, cancels the coroutine env's task) and answers every command still in
+        flight on those workers with a crash (:meth:`RemoteError.worker_died`); nothing
+        those workers send later is delivered. Their envs need :meth:`respawn` before
+        they run commands again. Never blocks.
+        """
+        raise NotImplementedError(f"the {self.name} executor cannot abort a command in flight")
+
+    async def respawn(self, env_indices: Sequence[int]) -> list[int]:
+        """Replace the dead workers hosting these envs by new ones; return every env index rebuilt.
+
+        A new worker builds all the envs its predecessor hosted from their factories,
+        into the same buffer rows (their layouts must equal the old specs), so a worker's
+        other envs come back too. Raises EnvError naming an env whose factory failed;
+        that worker stays dead.
+        """
+        raise NotImplementedError(f"the {self.name} executor cannot replace its workers")
+
     def poll(self) -> list[Completion]:
         """Every completion ready now (maybe none). Never blocks."""
         if not self._completions:
@@ -100,11 +127,17 @@ class Executor(abc.ABC):
         return items
 
     async def wait_ready(self) -> None:
-        """Return once :meth:`poll` would return something. Consumes nothing."""
-        while not self._completions:
-            ready = self._ready_event()
-            ready.clear()
-            await ready.wait()
+        """Return once :meth:`poll` would return something, or when :meth:`wake` is called.
+
+        Consumes nothing. Several tasks may wait at once (a receive, a call, a restart):
+        each wakes when completions arrive, even if another one polls them first, and
+        checks its own condition again.
+        """
+        if self._completions:
+            return
+        ready = self._ready_event()
+        ready.clear()
+        await ready.wait()
 
     def wake(self) -> None:
         """Wake every ``wait_ready`` (the pool calls this when it closes)."""

@@ -37,6 +37,8 @@ class InlineExecutor(Executor):
         self._inbox: dict[int, asyncio.Future[Command]] = {}  # async env -> its next command
         self._drivers: dict[int, asyncio.Task[None]] = {}
         self._is_async: list[bool] = []  # per env, looked up on every submit
+        self._in_flight: dict[int, Command] = {}  # async env -> the command its driver runs
+        self._aborted: set[int] = set()
 
     async def start(
         self,
@@ -66,6 +68,10 @@ class InlineExecutor(Executor):
         inbox, is_async = self._inbox, self._is_async
         for i in command.env_indices:
             if is_async[i]:
+                if i in self._aborted:  # given up on, not respawned: as dead as a killed worker
+                    error = RemoteError.worker_died(f"the coroutine of env {i} was cancelled")
+                    loop.call_soon(self._push, (Completion(i, command.kind, error=error),))
+                    continue
                 slot = inbox.get(i)
                 if slot is None:
                     slot = inbox[i] = loop.create_future()
@@ -87,7 +93,10 @@ class InlineExecutor(Executor):
             command = await inbox[i]
             # the next command can only come after this one's completion is received
             inbox[i] = loop.create_future()
-            self._push((await runner.execute_one(i, command),))
+            self._in_flight[i] = command
+            completion = await runner.execute_one(i, command)
+            del self._in_flight[i]
+            self._push((completion,))
 
     def _run_plain(self, runner: EnvRunner, command: Command) -> None:
         done: list[Completion] = []
@@ -100,6 +109,33 @@ class InlineExecutor(Executor):
             raise
         finally:
             self._push(done)
+
+    # -- restarts: a coroutine env can be given up on; a plain one blocks the loop while it runs
+
+    def worker_alive(self, env_index: int) -> bool:
+        return env_index not in self._aborted
+
+    def abort(self, env_indices: Sequence[int]) -> None:
+        for i in env_indices:
+            driver = self._drivers.pop(i, None)
+            if driver is None:
+                continue
+            driver.cancel()
+            self._inbox.pop(i, None)
+            self._aborted.add(i)
+            command = self._in_flight.pop(i, None)
+            if command is not None:
+                error = RemoteError.worker_died(f"the coroutine of env {i} was cancelled")
+                self._push((Completion(i, command.kind, error=error),))
+
+    async def respawn(self, env_indices: Sequence[int]) -> list[int]:
+        runner = self._runner
+        assert runner is not None
+        rebuilt = [i for i in env_indices if i in self._aborted]
+        for i in rebuilt:
+            await runner.rebuild(i)
+            self._aborted.discard(i)
+        return rebuilt
 
     async def aclose(self) -> None:
         tasks = list(self._drivers.values())

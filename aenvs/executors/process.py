@@ -106,7 +106,9 @@ class ProcessExecutor(Executor):
         self.close_timeout = close_timeout
         self._workers: list[_Worker] = []
         self._worker_of: list[_Worker] = []
-        self._arena: SharedArena | None = None
+        self._arena: SharedArena | None = None  # its descriptor stays open for workers started later
+        self._specs: list[EnvSpec] = []
+        self._recipe: tuple[Sequence[EnvFn], Sequence[int | None], Mapping[int, Any]] = ((), (), {})
         self._closing = False
 
     def _plan(self, num_envs: int) -> list[list[int]]:
@@ -126,55 +128,60 @@ class ProcessExecutor(Executor):
         seeds: Sequence[int | None],
         make_kwargs: Mapping[int, Mapping[str, Any]] | None = None,
     ) -> list[EnvSpec]:
-        loop = self._bind_loop()
+        self._bind_loop()
         num_envs = len(env_fns)
+        self._recipe = (env_fns, seeds, make_kwargs or {})
         self._workers = [_Worker(k, ids) for k, ids in enumerate(self._plan(num_envs))]
         self._worker_of = [w for w in self._workers for _ in w.env_indices]
         try:
-            # starting processes blocks (the forkserver's first start imports modules): off the loop
-            await asyncio.to_thread(self._spawn_all, env_fns, seeds, make_kwargs or {}, num_envs)
-            for worker in self._workers:
-                assert worker.conn is not None
-                worker.built = loop.create_future()
-                worker.exited = loop.create_future()
-                loop.add_reader(worker.conn.fileno(), self._on_readable, worker)
-                # uvloop makes watched fds non-blocking; Connection needs blocking ones for
-                # messages larger than the socket buffer (a reader only runs once data is there)
-                os.set_blocking(worker.conn.fileno(), True)
-                if worker.pidfd >= 0:
-                    loop.add_reader(worker.pidfd, self._on_exit, worker)
-            async with asyncio.timeout(self.startup_timeout):
-                results = await asyncio.gather(
-                    *(w.built for w in self._workers if w.built), return_exceptions=True
-                )
-            failures = [r for r in results if isinstance(r, BaseException)]
-            if failures:
-                raise failures[0]
-            specs_by_env: dict[int, EnvSpec] = {}
-            for result in results:
-                assert not isinstance(result, BaseException)
-                specs_by_env.update(result)
+            specs_by_env = await self._build(self._workers)
             specs = [specs_by_env[i] for i in range(num_envs)]
             self._arena = arena = SharedArena.create(specs)
+            self._specs = specs
             for worker in self._workers:
-                assert worker.conn is not None
-                worker.conn.send_bytes(_dumps((specs, arena.size)))
-                reduction.send_handle(worker.conn, arena.fd, worker.pid)
-            arena.close_fd()
+                self._hand_arena(worker)
             self.buffers = arena.buffers
             return specs
         except BaseException:
             self.kill()
             raise
 
-    def _spawn_all(
-        self,
-        env_fns: Sequence[EnvFn],
-        seeds: Sequence[int | None],
-        make_kwargs: Mapping[int, Any],
-        num_envs: int,
-    ) -> None:
-        for worker in self._workers:
+    async def _build(self, workers: list[_Worker]) -> dict[int, EnvSpec]:
+        """Start ``workers`` and wait until each has built its envs; their specs by env index."""
+        loop = self._loop
+        assert loop is not None
+        # starting processes blocks (the forkserver's first start imports modules): off the loop
+        await asyncio.to_thread(self._spawn, workers)
+        for worker in workers:
+            assert worker.conn is not None
+            worker.built = loop.create_future()
+            worker.exited = loop.create_future()
+            loop.add_reader(worker.conn.fileno(), self._on_readable, worker)
+            # uvloop makes watched fds non-blocking; Connection needs blocking ones for
+            # messages larger than the socket buffer (a reader only runs once data is there)
+            os.set_blocking(worker.conn.fileno(), True)
+            if worker.pidfd >= 0:
+                loop.add_reader(worker.pidfd, self._on_exit, worker)
+        async with asyncio.timeout(self.startup_timeout):
+            results = await asyncio.gather(*(w.built for w in workers if w.built), return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            raise failures[0]
+        specs_by_env: dict[int, EnvSpec] = {}
+        for result in results:
+            assert not isinstance(result, BaseException)
+            specs_by_env.update(result)
+        return specs_by_env
+
+    def _hand_arena(self, worker: _Worker) -> None:
+        """Send a built worker every env's spec and the arena's descriptor: it starts serving."""
+        assert worker.conn is not None and self._arena is not None
+        worker.conn.send_bytes(_dumps((self._specs, self._arena.size)))
+        reduction.send_handle(worker.conn, self._arena.fd, worker.pid)
+
+    def _spawn(self, workers: list[_Worker]) -> None:
+        env_fns, seeds, make_kwargs = self._recipe
+        for worker in workers:
             ids = worker.env_indices
             payload = cloudpickle.dumps(
                 (
@@ -185,7 +192,7 @@ class ProcessExecutor(Executor):
             )
             ours, theirs = socket.socketpair()
             try:
-                worker.pid = fork_worker(payload, worker.index, num_envs, theirs.fileno())
+                worker.pid = fork_worker(payload, worker.index, len(env_fns), theirs.fileno())
             finally:
                 theirs.close()
             worker.conn = Connection(ours.detach())
@@ -278,6 +285,56 @@ class ProcessExecutor(Executor):
             except OSError:
                 pass  # the worker died: its pidfd / pipe EOF reports the envs in flight
 
+    # -- restarts ---------------------------------------------------------------------------
+
+    def worker_alive(self, env_index: int) -> bool:
+        return self._worker_of[env_index].alive
+
+    def abort(self, env_indices: Sequence[int]) -> None:
+        for worker in {id(w): w for w in (self._worker_of[i] for i in env_indices)}.values():
+            if worker.alive:
+                worker.signal(signal.SIGKILL)
+                self._lost(worker, "was killed: a command it ran outlived its timeout")
+
+    async def respawn(self, env_indices: Sequence[int]) -> list[int]:
+        dead = {id(w): w for w in (self._worker_of[i] for i in env_indices) if not w.alive}
+        fresh: list[_Worker] = []
+        for old in dead.values():
+            self._release(old)
+            worker = _Worker(old.index, old.env_indices)
+            self._workers[self._workers.index(old)] = worker
+            for i in worker.env_indices:
+                self._worker_of[i] = worker
+            fresh.append(worker)
+        if not fresh:
+            return []
+        try:
+            specs_by_env = await self._build(fresh)
+        except BaseException:
+            for worker in fresh:
+                worker.signal(signal.SIGKILL)
+                self._lost(worker, "failed to start again")
+            raise
+        for i, spec in specs_by_env.items():
+            difference = self._specs[i].layout_difference(spec)
+            if difference is not None:
+                for worker in fresh:
+                    worker.signal(signal.SIGKILL)
+                    self._lost(worker, "was rebuilt with a different layout")
+                raise ValueError(f"env {i} was rebuilt with a different layout: {difference}")
+        for worker in fresh:
+            self._hand_arena(worker)
+        return [i for w in fresh for i in w.env_indices]
+
+    def _release(self, worker: _Worker) -> None:
+        """Close what the parent holds of a dead worker (its pipe and pidfd)."""
+        self._unwatch(worker)
+        if worker.conn is not None:
+            worker.conn.close()
+        if worker.pidfd >= 0:
+            os.close(worker.pidfd)
+            worker.pidfd = -1
+
     # -- closing ----------------------------------------------------------------------------
 
     async def aclose(self) -> None:
@@ -307,13 +364,10 @@ class ProcessExecutor(Executor):
     def kill(self) -> None:
         self._closing = True
         for worker in self._workers:
-            self._unwatch(worker)
             worker.signal(signal.SIGKILL)  # a no-op for workers that already exited
             worker.alive = False
-            if worker.conn is not None:
-                worker.conn.close()
-            if worker.pidfd >= 0:
-                os.close(worker.pidfd)
-                worker.pidfd = -1
+            self._release(worker)
         self._workers = []
-        self._arena = None
+        if self._arena is not None:
+            self._arena.close_fd()
+            self._arena = None

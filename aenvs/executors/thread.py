@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aenvs.buffers import Buffers
-from aenvs.commands import Command, Completion, RemoteError
+from aenvs.commands import Command, CommandKind, Completion, RemoteError
 from aenvs.executors.base import Executor, split_envs
 from aenvs.gym import EnvFn
 from aenvs.runner import EnvRunner
@@ -34,6 +34,10 @@ class _Worker:
         self.inbox: queue.SimpleQueue[Command | None] = queue.SimpleQueue()
         self.thread: threading.Thread | None = None
         self.runner: EnvRunner | None = None
+        # set (under the lock) when the pool gives up on this thread: it never answers again
+        self.abandoned = False
+        self.lock = threading.Lock()
+        self.exited: asyncio.Future[None] | None = None
 
 
 class ThreadExecutor(Executor):
@@ -68,6 +72,12 @@ class ThreadExecutor(Executor):
         self._workers: list[_Worker] = []
         self._worker_of: list[_Worker] = []
         self._exited: list[asyncio.Future[None]] = []
+        self._in_flight: dict[int, CommandKind] = {}  # env -> command sent and not answered yet
+        self._recipe: tuple[Sequence[EnvFn], Sequence[int | None], Mapping[int, Mapping[str, Any]] | None] = (
+            (),
+            (),
+            None,
+        )
 
     def _plan(self, num_envs: int) -> list[list[int]]:
         return split_envs(num_envs, self.envs_per_worker, self.num_workers, num_envs)
@@ -79,24 +89,13 @@ class ThreadExecutor(Executor):
         seeds: Sequence[int | None],
         make_kwargs: Mapping[int, Mapping[str, Any]] | None = None,
     ) -> list[EnvSpec]:
-        loop = self._bind_loop()
-        num_envs = len(env_fns)
+        self._bind_loop()
+        self._recipe = (env_fns, seeds, make_kwargs)
         built: list[asyncio.Future[EnvRunner]] = []
-        for index, env_indices in enumerate(self._plan(num_envs)):
+        for index, env_indices in enumerate(self._plan(len(env_fns))):
             worker = _Worker(index, env_indices)
-            ready: asyncio.Future[EnvRunner] = loop.create_future()
-            exited: asyncio.Future[None] = loop.create_future()
-            fns = {i: env_fns[i] for i in env_indices}
-            worker.thread = threading.Thread(
-                target=self._main,
-                args=(worker, fns, num_envs, {i: seeds[i] for i in env_indices}, make_kwargs, ready, exited),
-                name=f"aenvs-thread-{index}",
-                daemon=True,
-            )
             self._workers.append(worker)
-            self._exited.append(exited)
-            built.append(ready)
-            worker.thread.start()
+            built.append(self._launch(worker))
         self._worker_of = [w for w in self._workers for _ in w.env_indices]
         try:
             results = await asyncio.gather(*built, return_exceptions=True)
@@ -114,6 +113,33 @@ class ThreadExecutor(Executor):
             runner.attach({i: self.buffers.rows(i) for i in worker.env_indices})
             worker.runner = runner
         return specs
+
+    def _launch(self, worker: _Worker) -> asyncio.Future[EnvRunner]:
+        """Start ``worker``'s thread; the future resolves once its envs are built."""
+        loop = self._loop
+        assert loop is not None
+        env_fns, seeds, make_kwargs = self._recipe
+        ready: asyncio.Future[EnvRunner] = loop.create_future()
+        exited: asyncio.Future[None] = loop.create_future()
+        fns = {i: env_fns[i] for i in worker.env_indices}
+        worker.thread = threading.Thread(
+            target=self._main,
+            args=(
+                worker,
+                fns,
+                len(env_fns),
+                {i: seeds[i] for i in worker.env_indices},
+                make_kwargs,
+                ready,
+                exited,
+            ),
+            name=f"aenvs-thread-{worker.index}",
+            daemon=True,
+        )
+        self._exited.append(exited)
+        worker.exited = exited
+        worker.thread.start()
+        return ready
 
     def _main(
         self,
@@ -147,13 +173,19 @@ class ThreadExecutor(Executor):
                 except BaseException as exc:  # never leave a command unanswered
                     error = RemoteError.capture(exc)
                     done = [Completion(i, command.kind, error=error) for i in command.env_indices]
-                self._push_threadsafe(done)
+                with worker.lock:
+                    if worker.abandoned:
+                        break
+                    self._push_threadsafe(done)
         finally:
             if runner is not None:
                 runner.close()
             _resolve_threadsafe(loop, exited, None)
 
     def submit(self, command: Command) -> None:
+        in_flight, kind = self._in_flight, command.kind
+        for i in command.env_indices:
+            in_flight[i] = kind
         if len(self._workers) == len(self._worker_of):  # one env per worker: no splitting needed
             for i in command.env_indices:
                 self._worker_of[i].inbox.put(command.subset([i]) if len(command.env_indices) > 1 else command)
@@ -164,10 +196,58 @@ class ThreadExecutor(Executor):
         for index, env_indices in by_worker.items():
             self._workers[index].inbox.put(command.subset(env_indices))
 
+    def _push(self, completions: Sequence[Completion]) -> None:
+        in_flight = self._in_flight
+        for c in completions:
+            in_flight.pop(c.env_index, None)
+        super()._push(completions)
+
+    # -- restarts ----------------------------------------------------------------------
+
+    def worker_alive(self, env_index: int) -> bool:
+        return not self._worker_of[env_index].abandoned
+
+    def abort(self, env_indices: Sequence[int]) -> None:
+        # A thread cannot be killed: it is abandoned (a daemon, counted in abandoned_threads)
+        # and whatever it finishes later is dropped.
+        for worker in {id(w): w for w in (self._worker_of[i] for i in env_indices)}.values():
+            with worker.lock:
+                if worker.abandoned:
+                    continue
+                worker.abandoned = True
+            worker.inbox.put(_STOP)
+            self._flush_incoming()  # what it answered before being abandoned is delivered
+            error = RemoteError.worker_died(
+                f"thread {worker.index} hosting envs {worker.env_indices} was abandoned"
+            )
+            lost = [
+                Completion(i, self._in_flight[i], error=error)
+                for i in worker.env_indices
+                if i in self._in_flight
+            ]
+            if lost:
+                self._push(lost)
+
+    async def respawn(self, env_indices: Sequence[int]) -> list[int]:
+        dead = {id(w): w for w in (self._worker_of[i] for i in env_indices) if w.abandoned}
+        rebuilt: list[int] = []
+        for old in dead.values():
+            worker = _Worker(old.index, old.env_indices)
+            runner = await self._launch(worker)
+            assert self.buffers is not None
+            runner.attach({i: self.buffers.rows(i) for i in worker.env_indices})
+            worker.runner = runner
+            self._workers[self._workers.index(old)] = worker
+            for i in worker.env_indices:
+                self._worker_of[i] = worker
+            rebuilt.extend(worker.env_indices)
+        return rebuilt
+
     async def aclose(self) -> None:
         for worker in self._workers:
             worker.inbox.put(_STOP)
-        pending = [f for f in self._exited if not f.done()]
+        # threads abandoned in a stuck env are not waited for: they may never finish
+        pending = [w.exited for w in self._workers if w.exited is not None and not w.exited.done()]
         if pending:
             await asyncio.wait(pending, timeout=self.close_timeout)
         self.kill()
@@ -180,6 +260,7 @@ class ThreadExecutor(Executor):
 
     @property
     def abandoned_threads(self) -> int:
+        """Threads still running although the executor gave up on them (stuck in an env)."""
         return sum(1 for f in self._exited if not f.done())
 
 
