@@ -7,7 +7,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from aenvs.errors import EnvCrashedError, EnvError
+from aenvs.errors import EnvCrashedError, EnvError, EnvTimeoutError
 
 __all__ = ["TRANSITIONS", "Command", "CommandKind", "Completion", "RemoteError"]
 
@@ -81,12 +81,21 @@ class RemoteError:
 
     @classmethod
     def worker_died(cls, description: str) -> RemoteError:
-        return cls("aenvs.errors.EnvCrashedError", f"EnvCrashedError: {description}\n", crashed=True)
+        return cls(_CRASHED, f"EnvCrashedError: {description}\n", crashed=True)
 
-    def to_exception(self, env_index: int, command: str) -> EnvError:
-        """The EnvError (or EnvCrashedError) this stands for, raised for ``env_index``."""
-        cls = EnvCrashedError if self.crashed else EnvError
-        return cls(env_index, command, self.traceback, self.exc_type)
+    @classmethod
+    def timed_out(cls, description: str) -> RemoteError:
+        return cls(_TIMED_OUT, f"EnvTimeoutError: {description}\n")
+
+    def to_exception(self, env_index: int, command: str, executor: str = "") -> EnvError:
+        """The EnvError (EnvCrashedError, EnvTimeoutError) this stands for, raised for ``env_index``."""
+        cls = (
+            EnvCrashedError if self.crashed else EnvTimeoutError if self.exc_type == _TIMED_OUT else EnvError
+        )
+        return cls(env_index, command, self.traceback, self.exc_type, executor=executor)
+
+
+_CRASHED, _TIMED_OUT = "aenvs.errors.EnvCrashedError", "aenvs.errors.EnvTimeoutError"
 
 
 @dataclass(slots=True)

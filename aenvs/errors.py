@@ -52,25 +52,40 @@ class EnvError(AenvsError):
         remote_traceback: str = "",
         exc_type: str = "",
         message: str | None = None,
+        executor: str = "",
     ) -> None:
         self.env_index = env_index
         self.command = command
         self.remote_traceback = remote_traceback
         self.exc_type = exc_type
-        if message is None:
-            last = remote_traceback.strip().splitlines()[-1] if remote_traceback else ""
-            message = f"env {env_index} failed in {command}: {last or exc_type}"
-        self.message = message
-        super().__init__(message)
+        self.executor = executor  # set by the pool when the executor did not say
+        self._message = message
+        super().__init__(env_index, command)
+
+    @property
+    def message(self) -> str:
+        """The one-line summary: env, command, executor and the original exception's last line."""
+        if self._message is not None:
+            return self._message
+        last = self.remote_traceback.strip().splitlines()[-1] if self.remote_traceback else ""
+        where = f" on the {self.executor} executor" if self.executor else ""
+        return f"env {self.env_index} failed in {self.command}{where}: {last or self.exc_type}"
 
     def __reduce__(self):  # keep the attributes through pickling (process / ray)
         return (
             type(self),
-            (self.env_index, self.command, self.remote_traceback, self.exc_type, self.message),
+            (
+                self.env_index,
+                self.command,
+                self.remote_traceback,
+                self.exc_type,
+                self._message,
+                self.executor,
+            ),
         )
 
     def __str__(self) -> str:
-        text = super().__str__()
+        text = self.message
         if self.remote_traceback:
             text += "\n\nRemote traceback:\n" + self.remote_traceback.rstrip()
         return text

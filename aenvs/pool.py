@@ -26,9 +26,9 @@ from tensordict import TensorDictBase, lazy_stack, maybe_dense_stack
 
 from aenvs import masks
 from aenvs.batching import Batcher, Inputs
-from aenvs.commands import TRANSITIONS, Command, CommandKind, Completion
+from aenvs.commands import TRANSITIONS, Command, CommandKind, Completion, RemoteError
 from aenvs.env import EnvState
-from aenvs.errors import EnvBusyError, PoolClosedError
+from aenvs.errors import EnvBusyError, EnvError, PoolClosedError
 from aenvs.executors import Executor, make_executor
 from aenvs.gym import EnvFn
 from aenvs.layout import step_mdp
@@ -56,6 +56,9 @@ class PoolStats:
         in_flight: commands sent whose completion has not arrived.
         ready: results arrived but not yet received.
         steps_per_second: completed steps over the time since the pool started.
+        restarts: times each env was rebuilt (``on_error="restart"``).
+        timeouts: commands per env that outlived ``step_timeout`` / ``reset_timeout``.
+        abandoned_threads: threads given up on in a stuck env (thread executor), still running.
     """
 
     steps: list[int]
@@ -66,6 +69,9 @@ class PoolStats:
     ready: int
     steps_per_second: float
     uptime: float
+    restarts: list[int]
+    timeouts: list[int]
+    abandoned_threads: int
 
 
 def _normalize_env_fns(env_fns: EnvFn | Sequence[EnvFn], num_envs: int | None) -> list[EnvFn]:
@@ -96,6 +102,18 @@ class AsyncEnvPool:
         envs_per_worker / num_workers: how the executor groups envs into workers.
         seed: seeds the envs' first reset with TorchRL's seed chain (and ``EnvContext.seed``).
         make_kwargs: keyword arguments for ``gymnasium.make`` of id strings (one dict, or one per env).
+        on_error: ``"raise"`` (an env's failure is an EnvError; the env goes to ERROR) or
+            ``"restart"`` (the same EnvError, and the env is then rebuilt from its factory in
+            the background, its worker replaced if it died or hung; it needs a reset after).
+        max_restarts: restarts allowed per env; past it the env stays in ERROR and every
+            later send to it fails at once.
+        restart_backoff: seconds before an env's first restart, doubled for each next one
+            (at most 30 s).
+        step_timeout / reset_timeout: seconds a step / reset may take; a command that
+            outlives it is an EnvTimeoutError and its worker is stopped (killed, or abandoned
+            for a thread) and, with ``on_error="restart"``, replaced.
+        startup_timeout: seconds the executor may take to build every env.
+        close_timeout: seconds ``aclose`` waits for workers to stop before killing them.
 
     Example:
         >>> async def main():
@@ -118,13 +136,44 @@ class AsyncEnvPool:
         num_workers: int | None = None,
         seed: int | None = None,
         make_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        on_error: Literal["raise", "restart"] = "raise",
+        max_restarts: int = 3,
+        restart_backoff: float = 0.1,
+        step_timeout: float | None = None,
+        reset_timeout: float | None = None,
+        startup_timeout: float | None = None,
+        close_timeout: float | None = None,
     ) -> None:
         if stack not in ("dense", "lazy", "auto"):
             raise ValueError(f"stack must be 'dense', 'lazy' or 'auto', got {stack!r}")
+        if on_error not in ("raise", "restart"):
+            raise ValueError(f"on_error must be 'raise' or 'restart', got {on_error!r}")
+        for name, value in (
+            ("max_restarts", max_restarts),
+            ("restart_backoff", restart_backoff),
+            ("step_timeout", step_timeout),
+            ("reset_timeout", reset_timeout),
+            ("startup_timeout", startup_timeout),
+            ("close_timeout", close_timeout),
+        ):
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
         self._env_fns = _normalize_env_fns(env_fns, num_envs)
         n = len(self._env_fns)
         self._all_envs = list(range(n))
         self._executor = make_executor(executor, envs_per_worker=envs_per_worker, num_workers=num_workers)
+        if startup_timeout is not None:
+            self._executor.startup_timeout = startup_timeout
+        if close_timeout is not None:
+            self._executor.close_timeout = close_timeout
+        self._on_error = on_error
+        self._max_restarts = max_restarts
+        self._restart_backoff = restart_backoff
+        self._timeouts: dict[CommandKind, float | None] = {
+            _STEP: step_timeout,
+            _SMR: step_timeout,
+            _RESET: reset_timeout,
+        }
         self._stack: StackMode = stack
         if make_kwargs is None or isinstance(make_kwargs, Mapping):
             self._make_kwargs = {i: make_kwargs or {} for i in range(n)}
@@ -156,6 +205,14 @@ class AsyncEnvPool:
         self._errors = [0] * n
         self._started_at = 0.0
         self._start_lock = asyncio.Lock()
+        self._timed_out: dict[int, float] = {}  # env -> the timeout its command outlived
+        self._timeout_counts = [0] * n
+        self._restarts = [0] * n
+        self._to_restart: set[int] = set()  # failed envs waiting for the restarter
+        self._restarting: set[int] = set()  # ... and those it is rebuilding now
+        self._broken: set[int] = set()  # past max_restarts: sends fail at once
+        self._restarter: asyncio.Task[None] | None = None
+        self._restarted = asyncio.Event()  # set whenever the restarter has nothing left to do
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -170,8 +227,10 @@ class AsyncEnvPool:
                 specs = await self._executor.start(
                     self._env_fns, seeds=self._first_seeds, make_kwargs=self._make_kwargs
                 )
-            except BaseException:
+            except BaseException as exc:
                 self._closed = True
+                if isinstance(exc, EnvError) and not exc.executor:
+                    exc.executor = self._executor.name
                 raise
             try:
                 buffers = self._executor.buffers
@@ -210,6 +269,10 @@ class AsyncEnvPool:
             return
         self._closed = True
         self._executor.wake()
+        restarter, self._restarter = self._restarter, None
+        if restarter is not None:
+            restarter.cancel()
+            await asyncio.gather(restarter, return_exceptions=True)
         if self._started:
             self._started = False
             try:
@@ -285,6 +348,9 @@ class AsyncEnvPool:
             ready=len(self._ready),
             steps_per_second=sum(self._steps) / uptime if uptime > 0 else 0.0,
             uptime=uptime,
+            restarts=list(self._restarts),
+            timeouts=list(self._timeout_counts),
+            abandoned_threads=getattr(self._executor, "abandoned_threads", 0),
         )
 
     # -- checks ----------------------------------------------------------------------
@@ -339,7 +405,20 @@ class AsyncEnvPool:
         for i in indices:
             if pending[i] is not None or i in ready or i in answers or i in orphans:
                 raise EnvBusyError(i)
+        if self._broken:
+            self._check_not_broken(indices)
         return indices
+
+    def _check_not_broken(self, indices: Sequence[int]) -> None:
+        for i in indices:
+            if i in self._broken:
+                raise EnvError(
+                    i,
+                    "send",
+                    message=f"env {i} failed again after {self._max_restarts} restarts (max_restarts) "
+                    f"on the {self._executor.name} executor; it stays in ERROR",
+                    executor=self._executor.name,
+                )
 
     # -- sending ---------------------------------------------------------------------
 
@@ -352,7 +431,25 @@ class AsyncEnvPool:
         self._in_flight += len(command.env_indices)
         if kind in TRANSITIONS:
             self._outstanding[kind] += len(command.env_indices)
+            limit = self._timeouts[kind]
+            if limit is not None:
+                asyncio.get_running_loop().call_later(limit, self._expire, command.env_indices, now, limit)
         self._executor.submit(command)
+
+    def _expire(self, indices: list[int], sent_at: float, limit: float) -> None:
+        """A timeout fired: stop the workers of the envs still running that command."""
+        if self._closed:
+            return
+        self._drain()  # what already arrived is not late
+        stuck = [i for i in indices if self._pending[i] is not None and self._sent_at[i] == sent_at]
+        if not stuck:
+            return
+        for i in stuck:
+            self._timed_out[i] = limit
+            self._timeout_counts[i] += 1
+        # the executor answers every command of the stopped workers with a crash; _drain
+        # turns the stuck envs' ones into EnvTimeoutError
+        self._executor.abort(stuck)
 
     def _send_actions(self, kind: CommandKind, td: TensorDictBase, env_index: EnvIndex | None) -> list[int]:
         batcher = self._batcher_or_raise()
@@ -374,12 +471,16 @@ class AsyncEnvPool:
         command in flight or a result not yet received, ValueError for actions that do
         not fit the env's action space; nothing is dispatched then.
         """
+        if self._restarter is not None:
+            await self._settle_restarts(td, env_index)
         self._send_actions(_STEP, td, env_index)
 
     async def async_step_and_maybe_reset_send(
         self, td: TensorDictBase, env_index: EnvIndex | None = None
     ) -> None:
         """Like :meth:`async_step_send`, and envs whose episode ends are reset in the same round trip."""
+        if self._restarter is not None:
+            await self._settle_restarts(td, env_index)
         self._send_actions(_SMR, td, env_index)
 
     async def async_reset_send(
@@ -395,6 +496,8 @@ class AsyncEnvPool:
         ``seed``: an int starts TorchRL's seed chain over the envs reset, a sequence gives
         one seed per env. Without it, an env's first reset uses the pool's ``seed``.
         """
+        if self._restarter is not None:
+            await self._settle_restarts(td, env_index)
         self._send_reset(td, env_index, seed, options)
 
     def _send_reset(
@@ -439,6 +542,8 @@ class AsyncEnvPool:
                 continue
             pending[i] = None
             self._in_flight -= 1
+            if c.error is not None:
+                self._on_failure(c)
             if kind is not _STEP and kind is not _SMR and kind is not _RESET:  # not in TRANSITIONS
                 if c.error is not None:
                     self._errors[i] += 1
@@ -460,6 +565,84 @@ class AsyncEnvPool:
             latency_sum[i] += latency
             latency_last[i] = latency
             states[i] = _DONE if c.done and not c.was_reset else _RUN
+
+    def _on_failure(self, c: Completion) -> None:
+        """A command failed: name a timeout as such, and queue a restart if the pool does that."""
+        i, error = c.env_index, c.error
+        assert error is not None
+        limit = self._timed_out.pop(i, None)
+        if limit is not None and error.crashed:
+            c.error = error = RemoteError.timed_out(
+                f"env {i} did not finish its {c.kind.value} within {limit} s; its worker was stopped"
+            )
+        if self._on_error == "restart" and (c.kind in TRANSITIONS or error.crashed):
+            self._to_restart.add(i)
+            self._restarting.add(i)
+            self._restarted.clear()
+            if self._restarter is None:
+                self._restarter = asyncio.get_running_loop().create_task(self._restart_failed())
+
+    async def _restart_failed(self) -> None:
+        """Rebuild failed envs (replacing dead or stuck workers) until none is left to rebuild."""
+        try:
+            while self._to_restart:
+                batch = sorted(self._to_restart - self._broken)
+                self._to_restart.clear()
+                for i in batch:
+                    if self._restarts[i] >= self._max_restarts:
+                        self._broken.add(i)
+                        self._states[i] = EnvState.ERROR
+                        self._restarting.discard(i)
+                batch = [i for i in batch if i not in self._broken]
+                if not batch:
+                    continue
+                delay = max(self._restart_backoff * 2 ** self._restarts[i] for i in batch)
+                if delay:
+                    await asyncio.sleep(min(delay, 30.0))
+                for i in batch:
+                    self._restarts[i] += 1
+                await self._rebuild(batch)
+                self._restarting.difference_update(set(batch) - self._to_restart)
+        finally:
+            self._restarting.clear()
+            self._restarter = None
+            self._restarted.set()
+
+    async def _rebuild(self, batch: list[int]) -> None:
+        """Rebuild ``batch``: a new worker where the old one is dead, in place elsewhere."""
+        executor = self._executor
+        dead = [i for i in batch if not executor.worker_alive(i)]
+        rebuilt: list[int] = []
+        if dead:
+            try:
+                rebuilt = await executor.respawn(dead)
+            except Exception:
+                self._to_restart.update(dead)  # a factory failed: try again, within the budget
+        in_place = [i for i in batch if i not in dead and self._pending[i] is None]
+        if in_place:
+            self._dispatch(Command(CommandKind.REBUILD, in_place))
+            try:
+                await self._collect(in_place, "rebuild")
+            except EnvError:
+                self._to_restart.update(in_place)
+            else:
+                rebuilt.extend(in_place)
+        for i in rebuilt:
+            if self._pending[i] is None:
+                self._states[i] = EnvState.INIT
+
+    async def _settle_restarts(self, td: TensorDictBase | None, env_index: EnvIndex | None) -> None:
+        """Wait until the envs a command goes to are rebuilt, if some are being restarted.
+
+        Only those: a restart never delays the other envs.
+        """
+        indices = self._indices(env_index)
+        if indices is None and td is not None and "env_index" in td.keys():
+            indices = self._indices(td.get("env_index"))
+        if indices is None:
+            indices = self._all_envs
+        while self._restarter is not None and not self._restarting.isdisjoint(indices):
+            await self._restarted.wait()
 
     def _take(self, kind: CommandKind, wanted: list[int] | None, max_get: int | None) -> list[Completion]:
         """Pick ready results of ``kind`` (raising the first error among them); consumes nothing else."""
@@ -488,7 +671,7 @@ class AsyncEnvPool:
         self._inputs[i] = None
         self._outstanding[c.kind] -= 1
         assert c.error is not None
-        raise c.error.to_exception(i, c.kind.value)
+        raise c.error.to_exception(i, c.kind.value, self._executor.name)
 
     async def _recv(
         self,
@@ -622,6 +805,8 @@ class AsyncEnvPool:
         """
         if self._abandoned:
             await self._settle_abandoned()
+        if self._restarter is not None:
+            await self._settle_restarts(td, env_index)
         if td is not None and masks.has_reset_mask(td):
             return await self._masked_reset(td, env_index, seed, options)
         indices = self._send_reset(td, env_index, seed, options)
@@ -635,6 +820,8 @@ class AsyncEnvPool:
         """
         if self._abandoned:
             await self._settle_abandoned()
+        if self._restarter is not None:
+            await self._settle_restarts(td, env_index)
         if isinstance(td, TensorDictBase):
             keys = td.keys()
             if masks.STEP_KEY in keys or masks.RESET_KEY in keys:
@@ -656,6 +843,8 @@ class AsyncEnvPool:
         """
         if self._abandoned:
             await self._settle_abandoned()
+        if self._restarter is not None:
+            await self._settle_restarts(td, env_index)
         if isinstance(td, TensorDictBase):
             keys = td.keys()
             if masks.STEP_KEY in keys or masks.RESET_KEY in keys:
@@ -666,8 +855,7 @@ class AsyncEnvPool:
         try:
             return await self.async_step_and_maybe_reset_recv(env_index=indices)
         except BaseException as exc:
-            if not isinstance(exc, Exception):  # cancelled or interrupted, not an env error
-                self._abandon(_SMR, indices)
+            self._give_up(exc, _SMR, indices)
             raise
 
     async def _recv_or_abandon(self, kind: CommandKind, indices: list[int]) -> TensorDictBase:
@@ -676,8 +864,7 @@ class AsyncEnvPool:
                 return await self.async_reset_recv(env_index=indices)
             return await self.async_step_recv(env_index=indices)
         except BaseException as exc:
-            if not isinstance(exc, Exception):  # cancelled or interrupted, not an env error
-                self._abandon(kind, indices)
+            self._give_up(exc, kind, indices)
             raise
 
     async def _masked_reset(
@@ -739,8 +926,7 @@ class AsyncEnvPool:
                 else:
                     stepped = await self.async_step_recv(env_index=targets)
             except BaseException as exc:
-                if not isinstance(exc, Exception):
-                    self._abandon(kind, targets)
+                self._give_up(exc, kind, targets)
                 raise
         rows_env_index = torch.tensor(indices, dtype=torch.long)
         template = self._zeros(indices, "step")
@@ -773,11 +959,24 @@ class AsyncEnvPool:
         """Env index -> (kind, dispatch time) of whole-batch commands whose caller gave up."""
         return self._abandoned
 
-    def _abandon(self, kind: CommandKind, indices: Sequence[int]) -> None:
+    def _give_up(self, exc: BaseException, kind: CommandKind, indices: Sequence[int]) -> None:
+        """A whole-batch call ends without its results: cancelled, interrupted, or one env failed.
+
+        Cancelled: the results still due are dropped when they arrive. An env failed: the
+        other results stay ready for an ``async_*_recv``, and the next whole-batch call drops
+        those still unreceived, so it finds every env free.
+        """
+        if not isinstance(exc, Exception):
+            self._abandon(kind, indices)
+        elif isinstance(exc, EnvError):
+            self._abandon(kind, indices, drop_now=False)
+
+    def _abandon(self, kind: CommandKind, indices: Sequence[int], *, drop_now: bool = True) -> None:
         abandoned = self._abandoned_commands()
         for i in indices:
             abandoned[i] = (kind, self._sent_at[i])
-        self._discard_abandoned()
+        if drop_now:
+            self._discard_abandoned()
 
     def _discard_abandoned(self) -> bool:
         """Drop the results of abandoned commands that arrived; whether some are still due."""
@@ -960,7 +1159,10 @@ class AsyncEnvPool:
     async def _ask(self, command: Command) -> list[Any]:
         self._check_open()
         self._dispatch(command)
-        indices = command.env_indices
+        return await self._collect(command.env_indices, command.label())
+
+    async def _collect(self, indices: list[int], label: str) -> list[Any]:
+        """Wait for the answers of a call-like command to ``indices``; raise the first error."""
         while not all(i in self._answers for i in indices):
             self._drain()
             if all(i in self._answers for i in indices):
@@ -978,7 +1180,7 @@ class AsyncEnvPool:
         answers = [self._answers.pop(i) for i in indices]
         for c in answers:
             if c.error is not None:
-                raise c.error.to_exception(c.env_index, command.label())
+                raise c.error.to_exception(c.env_index, label, self._executor.name)
         return [c.value for c in answers]
 
     async def call(
@@ -986,18 +1188,24 @@ class AsyncEnvPool:
     ) -> list[Any]:
         """Call method ``name`` on each env (default all); one return value per env."""
         self._check_open()
+        if self._restarter is not None:
+            await self._settle_restarts(None, env_index)
         indices = self._targets(None, env_index)
         return await self._ask(Command(CommandKind.CALL, indices, name=name, args=args, kwargs=kwargs))
 
     async def get_attr(self, name: str, *, env_index: EnvIndex | None = None) -> list[Any]:
         """Attribute ``name`` of each env (default all), looked up through gymnasium wrappers."""
         self._check_open()
+        if self._restarter is not None:
+            await self._settle_restarts(None, env_index)
         indices = self._targets(None, env_index)
         return await self._ask(Command(CommandKind.GET_ATTR, indices, name=name))
 
     async def set_attr(self, name: str, value: Any, *, env_index: EnvIndex | None = None) -> None:
         """Set attribute ``name`` of each env (default all)."""
         self._check_open()
+        if self._restarter is not None:
+            await self._settle_restarts(None, env_index)
         indices = self._targets(None, env_index)
         await self._ask(Command(CommandKind.SET_ATTR, indices, name=name, args=(value,)))
 
@@ -1008,6 +1216,8 @@ class AsyncEnvPool:
         ``set_seed`` does; the next :meth:`reset` continues from there.
         """
         self._check_open()
+        if self._restarter is not None:
+            await self._settle_restarts(None, None)
         indices = self._targets(None, None)
         seeds, after = seed_chain(seed, self.num_envs)
         await self._ask(Command(CommandKind.SEED, indices, seeds=dict(zip(indices, seeds, strict=True))))

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from aenvs.buffers import Buffers
 from aenvs.commands import Command, Completion
+from aenvs.errors import EnvTimeoutError
 from aenvs.gym import EnvFn
 from aenvs.specs import EnvSpec
 
@@ -57,6 +58,9 @@ class Executor(abc.ABC):
 
     def __init__(self) -> None:
         self.buffers: Buffers | None = None
+        # bounds the pool may override: building every env (None: unbounded), stopping workers
+        self.startup_timeout: float | None = None
+        self.close_timeout: float = 5.0
         self._completions: deque[Completion] = deque()
         self._ready: asyncio.Event | None = None
         self._incoming: list[Completion] = []
@@ -144,6 +148,29 @@ class Executor(abc.ABC):
         self._ready_event().set()
 
     # -- helpers for subclasses ----------------------------------------------------
+
+    async def _await_built(self, built: Sequence[tuple[list[int], asyncio.Future[Any]]]) -> list[Any]:
+        """Wait for workers to build their envs (``(env indices, future)`` each), within
+        ``startup_timeout``; raise the first failure, or EnvTimeoutError naming an env of the
+        first worker still building."""
+        futures = [future for _, future in built]
+        _, pending = await asyncio.wait(futures, timeout=self.startup_timeout)
+        if pending:
+            stuck = next(envs for envs, future in built if future in pending)
+            for future in pending:
+                future.cancel()
+            raise EnvTimeoutError(
+                stuck[0],
+                "make",
+                message=f"env {stuck[0]} was not built within startup_timeout={self.startup_timeout} s "
+                f"on the {self.name} executor (its worker hosts envs {stuck})",
+                executor=self.name,
+            )
+        for future in futures:
+            failure = future.exception()
+            if failure is not None:
+                raise failure
+        return [future.result() for future in futures]
 
     def _bind_loop(self) -> asyncio.AbstractEventLoop:
         self._loop = asyncio.get_running_loop()

@@ -93,7 +93,7 @@ class ProcessExecutor(Executor):
         *,
         num_workers: int | None = None,
         envs_per_worker: int | None = None,
-        startup_timeout: float = 60.0,
+        startup_timeout: float | None = 60.0,
         close_timeout: float = 5.0,
     ) -> None:
         super().__init__()
@@ -162,14 +162,9 @@ class ProcessExecutor(Executor):
             os.set_blocking(worker.conn.fileno(), True)
             if worker.pidfd >= 0:
                 loop.add_reader(worker.pidfd, self._on_exit, worker)
-        async with asyncio.timeout(self.startup_timeout):
-            results = await asyncio.gather(*(w.built for w in workers if w.built), return_exceptions=True)
-        failures = [r for r in results if isinstance(r, BaseException)]
-        if failures:
-            raise failures[0]
+        results = await self._await_built([(w.env_indices, w.built) for w in workers if w.built])
         specs_by_env: dict[int, EnvSpec] = {}
         for result in results:
-            assert not isinstance(result, BaseException)
             specs_by_env.update(result)
         return specs_by_env
 

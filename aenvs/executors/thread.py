@@ -46,6 +46,7 @@ class ThreadExecutor(Executor):
     Args:
         envs_per_worker: envs hosted by one thread (default 1: one thread per env).
         num_workers: number of threads instead (envs spread evenly; envs_per_worker wins if both are given).
+        startup_timeout: seconds for every thread to build its envs (None: unbounded).
         close_timeout: seconds ``aclose`` waits for threads to finish their command.
 
     Example:
@@ -59,6 +60,7 @@ class ThreadExecutor(Executor):
         *,
         envs_per_worker: int | None = None,
         num_workers: int | None = None,
+        startup_timeout: float | None = None,
         close_timeout: float = 5.0,
     ) -> None:
         super().__init__()
@@ -68,6 +70,7 @@ class ThreadExecutor(Executor):
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         self.envs_per_worker = envs_per_worker
         self.num_workers = num_workers
+        self.startup_timeout = startup_timeout
         self.close_timeout = close_timeout
         self._workers: list[_Worker] = []
         self._worker_of: list[_Worker] = []
@@ -91,22 +94,17 @@ class ThreadExecutor(Executor):
     ) -> list[EnvSpec]:
         self._bind_loop()
         self._recipe = (env_fns, seeds, make_kwargs)
-        built: list[asyncio.Future[EnvRunner]] = []
+        built: list[tuple[list[int], asyncio.Future[EnvRunner]]] = []
         for index, env_indices in enumerate(self._plan(len(env_fns))):
             worker = _Worker(index, env_indices)
             self._workers.append(worker)
-            built.append(self._launch(worker))
+            built.append((env_indices, self._launch(worker)))
         self._worker_of = [w for w in self._workers for _ in w.env_indices]
         try:
-            results = await asyncio.gather(*built, return_exceptions=True)
+            runners: list[EnvRunner] = await self._await_built(built)
         except BaseException:
             await self.aclose()
             raise
-        failures = [r for r in results if isinstance(r, BaseException)]
-        if failures:
-            await self.aclose()
-            raise failures[0]
-        runners = [r for r in results if isinstance(r, EnvRunner)]
         specs = [spec for r in runners for _, spec in sorted(r.specs.items())]
         self.buffers = Buffers.allocate(specs)
         for worker, runner in zip(self._workers, runners, strict=True):
@@ -233,7 +231,7 @@ class ThreadExecutor(Executor):
         rebuilt: list[int] = []
         for old in dead.values():
             worker = _Worker(old.index, old.env_indices)
-            runner = await self._launch(worker)
+            (runner,) = await self._await_built([(worker.env_indices, self._launch(worker))])
             assert self.buffers is not None
             runner.attach({i: self.buffers.rows(i) for i in worker.env_indices})
             worker.runner = runner
