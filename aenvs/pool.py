@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase, lazy_stack, maybe_dense_stack
 
@@ -114,6 +115,9 @@ class AsyncEnvPool:
             for a thread) and, with ``on_error="restart"``, replaced.
         startup_timeout: seconds the executor may take to build every env.
         close_timeout: seconds ``aclose`` waits for workers to stop before killing them.
+        check_finite: make a result with NaN or inf in a float entry an EnvError for its
+            env (the other envs' results are delivered); off by default, as it costs a
+            pass over every result.
 
     Example:
         >>> async def main():
@@ -143,6 +147,7 @@ class AsyncEnvPool:
         reset_timeout: float | None = None,
         startup_timeout: float | None = None,
         close_timeout: float | None = None,
+        check_finite: bool = False,
     ) -> None:
         if stack not in ("dense", "lazy", "auto"):
             raise ValueError(f"stack must be 'dense', 'lazy' or 'auto', got {stack!r}")
@@ -167,6 +172,7 @@ class AsyncEnvPool:
         if close_timeout is not None:
             self._executor.close_timeout = close_timeout
         self._on_error = on_error
+        self._check_finite = check_finite
         self._max_restarts = max_restarts
         self._restart_backoff = restart_backoff
         self._timeouts: dict[CommandKind, float | None] = {
@@ -542,6 +548,8 @@ class AsyncEnvPool:
                 continue
             pending[i] = None
             self._in_flight -= 1
+            if self._check_finite and c.error is None and kind in TRANSITIONS:
+                self._check_result_finite(c)
             if c.error is not None:
                 self._on_failure(c)
             if kind is not _STEP and kind is not _SMR and kind is not _RESET:  # not in TRANSITIONS
@@ -565,6 +573,22 @@ class AsyncEnvPool:
             latency_sum[i] += latency
             latency_last[i] = latency
             states[i] = _DONE if c.done and not c.was_reset else _RUN
+
+    def _check_result_finite(self, c: Completion) -> None:
+        """Turn a result holding NaN or inf (in its buffer rows) into an error for its env."""
+        buffers = self._executor.buffers
+        assert buffers is not None
+        rows = buffers.rows(c.env_index)
+        parts = [rows.reset] if c.kind is _RESET else [rows.step, rows.reset] if c.was_reset else [rows.step]
+        for part in parts:
+            for key, view in part.items():
+                if view.dtype.kind in "fc" and not np.isfinite(view).all():
+                    name = ".".join(key)
+                    c.error = RemoteError(
+                        "builtins.ValueError",
+                        f"ValueError: env {c.env_index} returned NaN or inf in {name!r} (check_finite=True)\n",
+                    )
+                    return
 
     def _on_failure(self, c: Completion) -> None:
         """A command failed: name a timeout as such, and queue a restart if the pool does that."""

@@ -27,7 +27,11 @@ from aenvs.errors import EnvError
 from aenvs.runner import EnvRunner
 from aenvs.shm import SharedArena
 
-__all__ = ["worker_main"]
+__all__ = ["WORKER_ENV_VAR", "worker_main"]
+
+# Set in processes that exist only to host envs (process workers, Ray actors), so that
+# faults which end or reconfigure a whole process refuse to run in the user's own.
+WORKER_ENV_VAR = "AENVS_WORKER"
 
 _PR_SET_PDEATHSIG = 1
 
@@ -59,6 +63,7 @@ def worker_main(pipe_fd: int, env_args: tuple[Any, Any, Any], worker_index: int,
     """Build the envs of ``env_args`` (factories, seeds, make kwargs by env index) and serve
     commands from the pipe until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    os.environ[WORKER_ENV_VAR] = "process"  # this process hosts envs only (see aenvs.testing)
     die_with_parent()
     conn = Connection(pipe_fd)
     runner: EnvRunner | None = None

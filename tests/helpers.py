@@ -10,6 +10,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import psutil
 import torch
 from tensordict import TensorDict, TensorDictBase
 
@@ -99,3 +100,20 @@ class RichSpacesEnv(gym.Env):
         self.t += 1
         info = {"msg": f"step {self.t}", "speed": 0.5 * self.t, "pick": action["pick"].copy()}
         return self._obs(), float(action["move"].sum()), self.t >= 5, False, info
+
+
+def shm_entries() -> set[str]:
+    """What is in /dev/shm now (aenvs never puts anything there)."""
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def assert_gone(pids: list[int], timeout: float = 5.0) -> None:
+    """Every process of ``pids`` exits within ``timeout`` (or is gone already)."""
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    assert not alive, f"worker processes still alive: {[p.pid for p in alive]}"

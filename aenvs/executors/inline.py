@@ -25,13 +25,16 @@ __all__ = ["InlineExecutor"]
 class InlineExecutor(Executor):
     """Runs every env on the pool's event loop (what ``SerialEnv`` uses).
 
+    ``envs_per_worker`` / ``num_workers`` are accepted, so that pool options work with
+    every executor, and mean nothing here: the loop is the one worker.
+
     Example:
         >>> pool = AsyncEnvPool(["CartPole-v1"] * 2, executor="inline")
     """
 
     name = "inline"
 
-    def __init__(self) -> None:
+    def __init__(self, *, envs_per_worker: int | None = None, num_workers: int | None = None) -> None:
         super().__init__()
         self._runner: EnvRunner | None = None
         self._inbox: dict[int, asyncio.Future[Command]] = {}  # async env -> its next command

@@ -74,8 +74,8 @@ class ThreadExecutor(Executor):
         self.close_timeout = close_timeout
         self._workers: list[_Worker] = []
         self._worker_of: list[_Worker] = []
-        self._exited: list[asyncio.Future[None]] = []
         self._in_flight: dict[int, CommandKind] = {}  # env -> command sent and not answered yet
+        self._abandoned: list[_Worker] = []
         self._recipe: tuple[Sequence[EnvFn], Sequence[int | None], Mapping[int, Mapping[str, Any]] | None] = (
             (),
             (),
@@ -134,7 +134,6 @@ class ThreadExecutor(Executor):
             name=f"aenvs-thread-{worker.index}",
             daemon=True,
         )
-        self._exited.append(exited)
         worker.exited = exited
         worker.thread.start()
         return ready
@@ -181,18 +180,34 @@ class ThreadExecutor(Executor):
             _resolve_threadsafe(loop, exited, None)
 
     def submit(self, command: Command) -> None:
-        in_flight, kind = self._in_flight, command.kind
+        in_flight, kind, worker_of = self._in_flight, command.kind, self._worker_of
         for i in command.env_indices:
             in_flight[i] = kind
-        if len(self._workers) == len(self._worker_of):  # one env per worker: no splitting needed
+        if len(self._workers) == len(worker_of):  # one env per worker: no splitting needed
+            whole = len(command.env_indices) == 1
             for i in command.env_indices:
-                self._worker_of[i].inbox.put(command.subset([i]) if len(command.env_indices) > 1 else command)
+                worker = worker_of[i]
+                if worker.abandoned:
+                    self._answer_dead(worker, command.subset([i]))
+                else:
+                    worker.inbox.put(command if whole else command.subset([i]))
             return
         by_worker: dict[int, list[int]] = {}
         for i in command.env_indices:
-            by_worker.setdefault(self._worker_of[i].index, []).append(i)
+            by_worker.setdefault(worker_of[i].index, []).append(i)
         for index, env_indices in by_worker.items():
-            self._workers[index].inbox.put(command.subset(env_indices))
+            worker = self._workers[index]
+            if worker.abandoned:
+                self._answer_dead(worker, command.subset(env_indices))
+            else:
+                worker.inbox.put(command.subset(env_indices))
+
+    def _answer_dead(self, worker: _Worker, command: Command) -> None:
+        """A command for the envs of an abandoned thread: answered with a crash, soon."""
+        error = _abandoned_error(worker)
+        lost = [Completion(i, command.kind, error=error) for i in command.env_indices]
+        assert self._loop is not None
+        self._loop.call_soon(self._push, lost)
 
     def _push(self, completions: Sequence[Completion]) -> None:
         in_flight = self._in_flight
@@ -213,11 +228,10 @@ class ThreadExecutor(Executor):
                 if worker.abandoned:
                     continue
                 worker.abandoned = True
+            self._abandoned.append(worker)
             worker.inbox.put(_STOP)
             self._flush_incoming()  # what it answered before being abandoned is delivered
-            error = RemoteError.worker_died(
-                f"thread {worker.index} hosting envs {worker.env_indices} was abandoned"
-            )
+            error = _abandoned_error(worker)
             lost = [
                 Completion(i, self._in_flight[i], error=error)
                 for i in worker.env_indices
@@ -259,7 +273,13 @@ class ThreadExecutor(Executor):
     @property
     def abandoned_threads(self) -> int:
         """Threads still running although the executor gave up on them (stuck in an env)."""
-        return sum(1 for f in self._exited if not f.done())
+        return sum(1 for w in self._abandoned if w.exited is not None and not w.exited.done())
+
+
+def _abandoned_error(worker: _Worker) -> RemoteError:
+    return RemoteError.worker_died(
+        f"thread {worker.index} hosting envs {worker.env_indices} was abandoned: a command outlived its timeout"
+    )
 
 
 def _resolve_threadsafe(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], outcome: Any) -> None:

@@ -5,14 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 
 import gymnasium as gym
 import numpy as np
-import psutil
 import pytest
 import torch
 from tensordict import TensorDict
@@ -20,22 +16,7 @@ from tensordict import TensorDict
 from aenvs import AsyncEnvPool, EnvCrashedError
 from aenvs.executors import ProcessExecutor
 from aenvs.testing import echo_env_fns
-from tests.helpers import Gate, actions, gated_env_fns
-
-
-def _shm_entries() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-
-
-def _assert_gone(pids: list[int], timeout: float = 5.0) -> None:
-    procs = []
-    for pid in pids:
-        try:
-            procs.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            continue
-    _, alive = psutil.wait_procs(procs, timeout=timeout)
-    assert not alive, f"worker processes still alive: {[p.pid for p in alive]}"
+from tests.helpers import Gate, actions, assert_gone, gated_env_fns, shm_entries
 
 
 async def test_lambda_factories_travel_by_value() -> None:
@@ -128,12 +109,12 @@ async def test_sigkill_mid_step_is_env_crashed_for_exactly_its_envs(tmp_path) ->
         with pytest.raises(EnvCrashedError):
             await pool.async_step_recv(timeout=1)
         await pool.step(actions([5, 6], env_index=[2, 3]))  # the other worker still steps
-    _assert_gone([victim, *executor.pids])
+    assert_gone([victim, *executor.pids])
 
 
 @pytest.mark.parametrize("situation", ["idle", "after-crash", "hung-step"])
 async def test_close_leaves_no_process_and_no_shared_memory(tmp_path, situation: str) -> None:
-    before = _shm_entries()
+    before = shm_entries()
     gate = Gate(str(tmp_path))  # never opened: a step sent to it hangs
     executor = ProcessExecutor(num_workers=2, close_timeout=0.5)
     pool = AsyncEnvPool(gated_env_fns(4, gate), executor=executor)
@@ -147,64 +128,5 @@ async def test_close_leaves_no_process_and_no_shared_memory(tmp_path, situation:
     started = time.monotonic()
     await pool.aclose()
     assert time.monotonic() - started < 3.0
-    _assert_gone(pids)
-    assert _shm_entries() <= before
-
-
-def _run_script(body: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    script = "import asyncio, os, sys, time\nfrom aenvs import AsyncEnvPool\nfrom aenvs.executors import ProcessExecutor\n"
-    script += textwrap.dedent(body)
-    return subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=os.getcwd(),
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
-    )
-
-
-def test_dropped_pool_does_not_hang_interpreter_exit(tmp_path) -> None:
-    body = f"""
-    from tests.helpers import Gate, actions, gated_env_fns
-    async def main():
-        executor = ProcessExecutor(num_workers=2)
-        pool = AsyncEnvPool(gated_env_fns(2, Gate({str(tmp_path)!r})), executor=executor)
-        await pool.start()
-        await pool.reset()
-        await pool.async_step_send(actions([1, 1]))   # hangs: the gate never opens
-        print(*executor.pids, flush=True)
-        return pool                                  # dropped, never closed
-    if __name__ == "__main__":
-        keep = asyncio.run(main())
-    """
-    result = _run_script(body, timeout=60)
-    assert result.returncode == 0, result.stderr
-    _assert_gone([int(p) for p in result.stdout.split()])
-
-
-def test_workers_die_with_a_killed_parent(tmp_path) -> None:
-    body = f"""
-    from tests.helpers import Gate, actions, gated_env_fns
-    async def main():
-        executor = ProcessExecutor(num_workers=2)
-        async with AsyncEnvPool(gated_env_fns(2, Gate({str(tmp_path)!r})), executor=executor) as pool:
-            await pool.reset()
-            await pool.async_step_send(actions([1, 1]))
-            print(*executor.pids, flush=True)
-            await asyncio.sleep(60)
-    asyncio.run(main())
-    """
-    script = "import asyncio\nfrom aenvs import AsyncEnvPool\nfrom aenvs.executors import ProcessExecutor\n"
-    with subprocess.Popen(
-        [sys.executable, "-c", script + textwrap.dedent(body)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
-    ) as proc:
-        assert proc.stdout is not None
-        pids = [int(p) for p in proc.stdout.readline().split()]
-        assert len(pids) == 2
-        proc.kill()
-        proc.wait(timeout=10)
-    _assert_gone(pids, timeout=10)
+    assert_gone(pids)
+    assert shm_entries() <= before
