@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase, lazy_stack
 
 from aenvs import AsyncEnvPool, EnvError
 from tests.conftest import EXECUTORS
@@ -50,7 +50,7 @@ async def collect(pool: AsyncEnvPool, n: int) -> tuple[TensorDictBase, list[EnvE
                 continue
             parts.append(out)
             got += out.batch_size[0]
-    results = torch.cat(parts, 0) if parts else pool.empty_batch() if hasattr(pool, "empty_batch") else None
-    assert results is not None, "no result at all"
-    order = results["env_index"].argsort()
+    assert parts, "no result at all"
+    results = lazy_stack([td for part in parts for td in part.unbind(0)]).contiguous()
+    order = results.get("env_index").argsort()
     return results[order], sorted(errors, key=lambda e: e.env_index)

@@ -227,7 +227,7 @@ async def test_worker_killed_while_idle(make_pool, executor: str, on_error: str)
 
     pool = await make_pool(faulty_env_fns(2, {}), envs_per_worker=1, on_error=on_error, restart_backoff=0)
     await pool.reset()
-    victim = psutil.Process(pool.executor.pids[1])
+    victim = psutil.Process(pool.executor.pids[1])  # pyright: ignore[reportAttributeAccessIssue]
     victim.kill()
     victim.wait(timeout=WAIT)
     await pool.async_step_send(echo_actions(2))
@@ -248,7 +248,7 @@ async def test_worker_ignoring_sigterm_is_killed_within_close_timeout(executor: 
     pool = AsyncEnvPool(fns, executor=executor, envs_per_worker=1, close_timeout=0.3)
     await pool.start()
     await pool.reset()
-    pids = list(pool.executor.pids)
+    pids = list(pool.executor.pids)  # pyright: ignore[reportAttributeAccessIssue]
     await pool.async_step_send(echo_actions(2))
     async with asyncio.timeout(WAIT):  # I4: 0.3 s for the stop message, 1 s for SIGTERM, then SIGKILL
         await pool.aclose()
