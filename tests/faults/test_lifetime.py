@@ -16,6 +16,8 @@ import pytest
 from tests.faults.support import WAIT, applies_to
 from tests.helpers import assert_gone, shm_entries
 
+pytestmark = pytest.mark.slow  # a fresh interpreter per scenario
+
 PREAMBLE = """
 import asyncio, os, sys, uvloop
 from aenvs import AsyncEnvPool
