@@ -726,19 +726,31 @@ class AsyncEnvPool:
         self._drain()
         picked = self._take(kind, wanted, max_get)
         if len(picked) < min_get:
-            async with asyncio.timeout(timeout):
-                while len(picked) < min_get:
-                    await self._executor.wait_ready()
-                    if self._closed:
-                        raise PoolClosedError("the pool was closed while waiting")
-                    self._drain()
-                    picked = self._take(kind, wanted, max_get)
+            self._executor.flush()  # about to wait: what the executor left for later can run now
+            self._drain()
+            picked = self._take(kind, wanted, max_get)
+        if len(picked) < min_get:
+            waiting = self._wait_for(kind, wanted, min_get, max_get)
+            # wait_for, not asyncio.timeout: the sync shim runs a call's first step outside a task
+            picked = await (waiting if timeout is None else asyncio.wait_for(waiting, timeout))
         if wanted is None:
             picked.sort(key=lambda c: c.env_index)
         for c in picked:
             del self._ready[c.env_index]
         self._outstanding[kind] -= len(picked)
         return picked
+
+    async def _wait_for(
+        self, kind: CommandKind, wanted: list[int] | None, min_get: int, max_get: int | None
+    ) -> list[Completion]:
+        while True:
+            await self._executor.wait_ready()
+            if self._closed:
+                raise PoolClosedError("the pool was closed while waiting")
+            self._drain()
+            picked = self._take(kind, wanted, max_get)
+            if len(picked) >= min_get:
+                return picked
 
     def _pop_inputs(self, picked: list[Completion]) -> list[Inputs]:
         inputs = []
@@ -1187,6 +1199,7 @@ class AsyncEnvPool:
 
     async def _collect(self, indices: list[int], label: str) -> list[Any]:
         """Wait for the answers of a call-like command to ``indices``; raise the first error."""
+        self._executor.flush()
         while not all(i in self._answers for i in indices):
             self._drain()
             if all(i in self._answers for i in indices):

@@ -95,6 +95,11 @@ class Executor(abc.ABC):
     def kill(self) -> None:
         """Stop everything now. Synchronous, idempotent, safe from ``__del__``."""
 
+    def flush(self) -> None:
+        """Start now what :meth:`submit` left for the loop's next turn (the pool calls this
+        when it is about to wait for the results anyway). Never blocks on other workers."""
+        return  # most executors start every command at once
+
     # -- restarts: the pool's on_error="restart" and its per-command timeouts ---------
 
     def worker_alive(self, env_index: int) -> bool:

@@ -9,6 +9,7 @@ the other in a loop callback, after ``async_step_send`` has returned.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -42,6 +43,8 @@ class InlineExecutor(Executor):
         self._is_async: list[bool] = []  # per env, looked up on every submit
         self._in_flight: dict[int, Command] = {}  # async env -> the command its driver runs
         self._aborted: set[int] = set()
+        self._plain: deque[Command] = deque()  # plain envs' commands, run at the loop's next turn
+        self._plain_scheduled = False
 
     async def start(
         self,
@@ -83,11 +86,21 @@ class InlineExecutor(Executor):
             else:
                 plain.append(i)
         if plain:
-            loop.call_soon(
-                self._run_plain,
-                runner,
-                command.subset(plain) if len(plain) < len(command.env_indices) else command,
-            )
+            self._plain.append(command.subset(plain) if len(plain) < len(command.env_indices) else command)
+            if not self._plain_scheduled:
+                self._plain_scheduled = True
+                loop.call_soon(self._run_queued)
+
+    def flush(self) -> None:
+        """Run the plain envs' commands now rather than at the loop's next turn."""
+        if self._plain:
+            self._run_queued()
+
+    def _run_queued(self) -> None:
+        self._plain_scheduled = False
+        runner = self._runner
+        while self._plain and runner is not None:
+            self._run_plain(runner, self._plain.popleft())
 
     async def _drive(self, runner: EnvRunner, i: int) -> None:
         """Run env ``i``'s commands as they come, for as long as the executor lives."""
