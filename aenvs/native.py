@@ -50,7 +50,7 @@ class NativeAdapter:
         self._known_roots = frozenset(key[0] for key in self._obs_keys) | _SCALARS
         self._action_keys = [leaf.key for leaf in self.spec.action_leaves]
         self._actions: Mapping[Key, np.ndarray] | None = None
-        self._action_views: list[tuple[Key, np.ndarray]] = []
+        self._action_views: list[tuple[Key, torch.Tensor]] = []
         self._action_container: TensorDictBase = TensorDict()
         self._action_slots: dict[str, Any] | None = None
 
@@ -86,12 +86,15 @@ class NativeAdapter:
         return out if inspect.isawaitable(out) else self.outcome(out, False)
 
     def _action_td(self, actions: Mapping[Key, np.ndarray], row: int) -> TensorDictBase:
-        """The TensorDict a step gets: fresh action tensors in a container reused step after step
-        (as TorchRL's workers reuse theirs): building a TensorDict costs more than a fast env's step."""
-        if self._actions is not actions:  # first step: views of this env's action rows
+        """The TensorDict a step gets: tensors viewing this env's action rows, in a container
+        reused step after step, as TorchRL's workers hand their envs shared buffers. Nothing is
+        allocated per step: building a TensorDict costs more than a fast env's step, and objects
+        made per step and kept across an env's latency set off the costliest garbage collections.
+        The rows only change when the next step is sent, after this one has finished."""
+        if self._actions is not actions:  # first step (or new buffers): tensors over the rows
             self._actions = actions
             self._action_views = [
-                (key, actions[key][row : row + 1].reshape(actions[key].shape[1:]))
+                (key, torch.from_numpy(actions[key][row : row + 1].reshape(actions[key].shape[1:])))
                 for key in self._action_keys
             ]
             self._action_container = TensorDict()
@@ -100,11 +103,11 @@ class NativeAdapter:
         td, slots = self._action_container, self._action_slots
         if slots is None:  # nested action keys (or a tensordict without the raw dict): the public way
             td = TensorDict()
-            for key, view in self._action_views:
-                td.set(key, torch.from_numpy(view.copy()))
+            for key, tensor in self._action_views:
+                td.set(key, tensor)
             return td
-        for key, view in self._action_views:  # copies: the rows are overwritten by the next send
-            slots[key[0]] = torch.from_numpy(view.copy())
+        for key, tensor in self._action_views:  # put back what an env may have replaced or removed
+            slots[key[0]] = tensor
         return td
 
     def step(self, actions: Mapping[Key, np.ndarray], row: int) -> Any:

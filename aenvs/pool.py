@@ -197,7 +197,8 @@ class AsyncEnvPool:
         self._states = [EnvState.VOID] * n
         self._pending: list[CommandKind | None] = [None] * n
         self._ready: dict[int, Completion] = {}
-        self._inputs: list[Inputs | None] = [None] * n
+        self._inputs: list[TensorDictBase | None] = [None] * n  # the batch each env's step came in
+        self._input_rows = [0] * n  # ... and its row there
         self._answers: dict[int, Completion] = {}
         self._orphans: set[int] = set()
         # whole-batch commands whose caller was cancelled: env -> (kind, when); dropped on arrival
@@ -465,8 +466,12 @@ class AsyncEnvPool:
         batcher.check_actions(td, indices)
         batcher.write_actions(td, indices)
         stored = td.copy()  # later key changes by the caller do not reach the results
+        # batch and row in two lists, not a tuple per env: per-step objects that live as long
+        # as a step are what sets off CPython's full garbage collections
+        inputs, rows = self._inputs, self._input_rows
         for row, i in enumerate(indices):
-            self._inputs[i] = (stored, row)
+            inputs[i] = stored
+            rows[i] = row
         self._dispatch(Command(kind, indices))
         return indices
 
@@ -753,13 +758,15 @@ class AsyncEnvPool:
                 return picked
 
     def _pop_inputs(self, picked: list[Completion]) -> list[Inputs]:
-        inputs = []
+        inputs, rows = self._inputs, self._input_rows
+        popped: list[Inputs] = []
         for c in picked:
-            entry = self._inputs[c.env_index]
-            assert entry is not None
-            inputs.append(entry)
-            self._inputs[c.env_index] = None
-        return inputs
+            i = c.env_index
+            td = inputs[i]
+            assert td is not None
+            popped.append((td, rows[i]))
+            inputs[i] = None
+        return popped
 
     async def async_step_recv(
         self,
