@@ -1,0 +1,750 @@
+"""gymnasium's vector API on an :class:`~aenvs.AsyncEnvPool`: :class:`AsyncVectorEnv`.
+
+A real ``gymnasium.vector.VectorEnv``: numpy in and out, batched spaces, the three
+autoreset modes, ``reset_mask`` partial resets, ``call`` / ``get_attr`` / ``set_attr``
+and vector infos (a dict of arrays with ``_key`` masks), step for step equal to
+``gymnasium.vector.SyncVectorEnv`` under the same seeds, on any aenvs executor.
+
+How it stays exact and cheap: each env is wrapped in :class:`_Member`, which applies
+the autoreset mode inside the worker (as gymnasium's own ``AsyncVectorEnv`` worker
+does), so a vector step is one pool step, one round trip. Values the pool's layout
+would change (a reward float32 cannot hold, info dicts, which the pool turns into
+tensors) travel beside it untouched, and only on the steps that have them.
+
+This module imports no torch at import time: worker processes import it to build
+their envs.
+
+Example:
+    >>> from aenvs.gymnasium import AsyncVectorEnv
+    >>> envs = AsyncVectorEnv.from_id("CartPole-v1", num_envs=4, executor="thread")
+    >>> obs, infos = envs.reset(seed=42)
+    >>> obs.shape, obs.dtype
+    ((4, 4), dtype('float32'))
+    >>> obs, rewards, terminations, truncations, infos = envs.step(envs.action_space.sample())
+    >>> envs.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
+from gymnasium.spaces.utils import is_space_dtype_shape_equiv
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.async_vector_env import AsyncState
+from gymnasium.vector.utils import batch_differing_spaces, batch_space, create_empty_array
+
+from aenvs.env import EnvContext
+from aenvs.gym import EnvFn, build_env
+from aenvs.specs import Key, observation_root
+
+if TYPE_CHECKING:
+    from tensordict import TensorDictBase
+
+    from aenvs.executors import Executor
+    from aenvs.loop import DriverKind, LoopDriver
+    from aenvs.pool import AsyncEnvPool
+
+__all__ = ["AsyncVectorEnv"]
+
+_FIXED_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+# -- inside the workers ------------------------------------------------------------------
+
+
+class _Carry:
+    """What a member sends beside the pool's layout: its raw info, and a float64 reward.
+
+    The pool stores rewards as float32 and infos as tensors; a vector env must return
+    them as the env gave them. A member returns a ``_Carry`` as its info only when there
+    is something to carry, so the steps that have nothing (most, for most envs) cost
+    nothing extra.
+    """
+
+    __slots__ = ("info", "reward")
+
+    def __init__(self, info: dict[str, Any], reward: float | None = None) -> None:
+        self.info = info
+        self.reward = reward
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Carry, (self.info, self.reward))
+
+
+def _carry(info: dict[str, Any], reward: Any = None) -> Any:
+    exact = None
+    if reward is not None:
+        value = float(reward)
+        if float(np.float32(value)) != value:  # a python float: numpy 2 would compare in float32
+            exact = value
+    if info or exact is not None:
+        return _Carry(info, exact)
+    return {}
+
+
+class _Member(gym.Wrapper):
+    """One env of an :class:`AsyncVectorEnv`: applies its autoreset mode as gymnasium does.
+
+    The outermost wrapper, invisible to ``call`` / ``get_attr`` / ``set_attr``, which
+    act on the env below it.
+    """
+
+    def __init__(self, env: gym.Env, autoreset_mode: AutoresetMode) -> None:
+        super().__init__(env)
+        self._mode = autoreset_mode
+        self._autoreset = False
+
+    @property
+    def spec(self) -> Any:  # the user's env spec, without this wrapper in its additional_wrappers
+        return self.env.spec
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, Any]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._autoreset = False
+        return obs, _carry(info)
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, Any]:
+        mode = self._mode
+        if mode is AutoresetMode.NEXT_STEP and self._autoreset:
+            obs, info = self.env.reset()
+            reward, terminated, truncated = 0.0, False, False
+        else:
+            if mode is AutoresetMode.DISABLED and self._autoreset:
+                raise AssertionError(
+                    "autoreset_mode=DISABLED: reset this env (reset_mask) before stepping it"
+                )
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            if mode is AutoresetMode.SAME_STEP and (terminated or truncated):
+                final_obs, final_info = obs, info
+                obs, info = self.env.reset()
+                info = {"final_info": final_info, "final_obs": final_obs, **info}
+        self._autoreset = bool(terminated or truncated)
+        return obs, reward, terminated, truncated, _carry(info, reward)
+
+    def aenvs_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``VectorEnv.call`` for this env: call attribute ``name``, or return it if not callable."""
+        attr = self.env.get_wrapper_attr(name)
+        return attr(*args, **kwargs) if callable(attr) else attr
+
+    def set_wrapper_attr(self, name: str, value: Any, *, force: bool = True) -> bool:
+        return self.env.set_wrapper_attr(name, value, force=force)
+
+
+def _build_member(context: EnvContext, *, env_fn: EnvFn, autoreset_mode: AutoresetMode) -> _Member:
+    env = build_env(env_fn, context)
+    if not isinstance(env, gym.Env):
+        raise TypeError(
+            f"env {context.env_index}: AsyncVectorEnv runs gymnasium envs, but the factory returned "
+            f"{type(env).__name__}"
+        )
+    return _Member(env, autoreset_mode)
+
+
+def _make_from_id(
+    env_id: str, kwargs: dict[str, Any], wrappers: Sequence[Callable[[gym.Env], gym.Env]]
+) -> Any:
+    env = gym.make(env_id, **kwargs)
+    for wrapper in wrappers:
+        env = wrapper(env)
+    return env
+
+
+# -- numpy <-> the pool's TensorDicts ----------------------------------------------------
+
+
+def _check_fixed(space: spaces.Space, what: str) -> None:
+    if isinstance(space, spaces.Dict):
+        for sub in space.spaces.values():
+            _check_fixed(sub, what)
+    elif isinstance(space, spaces.Tuple):
+        for sub in space.spaces:
+            _check_fixed(sub, what)
+    elif not isinstance(space, _FIXED_SPACES):
+        raise TypeError(
+            f"AsyncVectorEnv needs fixed-shape spaces (Box, Discrete, MultiDiscrete, MultiBinary, "
+            f"and Dict / Tuple of them); the {what} space is {space}"
+        )
+
+
+def _obs_reader(space: spaces.Space, path: Key) -> Callable[[TensorDictBase], Any]:
+    """A function taking the batch of ``space`` out of a TensorDict, as gymnasium batches it."""
+    if isinstance(space, spaces.Dict):
+        parts = [(k, _obs_reader(sub, (*path, k))) for k, sub in space.spaces.items()]
+        return lambda td: {k: read(td) for k, read in parts}
+    if isinstance(space, spaces.Tuple):
+        items = [_obs_reader(sub, (*path, str(i))) for i, sub in enumerate(space.spaces)]
+        return lambda td: tuple(read(td) for read in items)
+    dtype = np.dtype(space.dtype) if space.dtype is not None else None
+    key = path[0] if len(path) == 1 else path
+    return lambda td: td.get(key).numpy().astype(dtype, copy=False)
+
+
+def _action_writer(space: spaces.Space, path: Key, n: int) -> Callable[[Any, dict[str, Any]], None]:
+    """A function writing a batch of ``n`` actions of ``space`` (numpy) into a nested dict of tensors."""
+    import torch
+
+    if isinstance(space, spaces.Dict):
+        parts = [(k, _action_writer(sub, (*path, k), n)) for k, sub in space.spaces.items()]
+
+        def write_dict(actions: Any, out: dict[str, Any]) -> None:
+            node = out.setdefault(path[-1], {})
+            for k, write in parts:
+                write(actions[k], node)
+
+        return write_dict
+    if isinstance(space, spaces.Tuple):
+        items = [_action_writer(sub, (*path, str(i)), n) for i, sub in enumerate(space.spaces)]
+
+        def write_tuple(actions: Any, out: dict[str, Any]) -> None:
+            node = out.setdefault(path[-1], {})
+            for part, write in zip(actions, items, strict=True):
+                write(part, node)
+
+        return write_tuple
+    # Discrete and MultiDiscrete actions travel as int64, MultiBinary as int8, Box as its dtype
+    dtype = np.dtype(
+        np.int64
+        if isinstance(space, spaces.Discrete | spaces.MultiDiscrete)
+        else np.int8
+        if isinstance(space, spaces.MultiBinary)
+        else space.dtype
+    )
+    name, shape = path[-1], (n, *(space.shape or ()))
+
+    def write_leaf(actions: Any, out: dict[str, Any]) -> None:
+        array = np.ascontiguousarray(actions, dtype=dtype)
+        if array.shape != shape:
+            raise ValueError(
+                f"actions {'.'.join(path[1:]) or ''} have shape {array.shape}, expected {shape} "
+                f"for a batch of {n} actions of {space}"
+            )
+        if not array.flags.writeable:  # torch warns on read-only arrays
+            array = array.copy()
+        out[name] = torch.from_numpy(array)
+
+    return write_leaf
+
+
+def _carries(td: TensorDictBase, n: int) -> list[Any] | None:
+    """Each env's :class:`_Carry` (or None) from the ``"info"`` entry of a batch, or None if none has one."""
+    info = td.get("info", None)
+    if info is None:
+        return None
+    values = info.tolist() if hasattr(info, "tolist") else [info.data] * n
+    return [v if isinstance(v, _Carry) else None for v in values]
+
+
+def _tree_copy(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, dict):
+        return {k: _tree_copy(v) for k, v in value.items()}
+    return tuple(_tree_copy(v) for v in value)
+
+
+def _tree_set_rows(old: Any, new: Any, rows: np.ndarray) -> Any:
+    """A copy of ``old`` with ``rows`` taken from ``new`` (which holds only those rows)."""
+    if isinstance(old, np.ndarray):
+        out = old.copy()
+        out[rows] = new
+        return out
+    if isinstance(old, dict):
+        return {k: _tree_set_rows(v, new[k], rows) for k, v in old.items()}
+    return tuple(_tree_set_rows(o, n, rows) for o, n in zip(old, new, strict=True))
+
+
+# -- the vector env ----------------------------------------------------------------------
+
+
+class AsyncVectorEnv(VectorEnv):
+    """A ``gymnasium.vector.VectorEnv`` whose envs run on an aenvs executor.
+
+    Drop-in for ``gymnasium.vector.SyncVectorEnv`` / ``AsyncVectorEnv``: the same
+    results, step for step, under the same seeds (actions are cast to the action
+    space's dtype first).
+
+    Args:
+        env_fns: zero-argument callables returning gymnasium envs (or gymnasium ids, or
+            callables taking an :class:`~aenvs.EnvContext`).
+        executor: ``"inline"``, ``"thread"``, ``"process"`` (default) or an
+            :class:`~aenvs.executors.Executor`.
+        autoreset_mode: ``NEXT_STEP`` (default), ``SAME_STEP`` or ``DISABLED``, with
+            gymnasium's semantics (https://farama.org/Vector-Autoreset-Mode).
+        copy: return copies of the observations (the internal ones stay untouched for
+            ``reset_mask`` resets), as gymnasium does.
+        observation_mode: ``"same"``, ``"different"`` or ``(observation_space,
+            single_observation_space)``, as gymnasium's.
+        envs_per_worker / num_workers: how the executor groups envs into workers.
+        loop: the loop driver (``"auto"``, ``"private"``, ``"portal"``), as for
+            :class:`~aenvs.SerialEnv`.
+        **pool_options: further :class:`~aenvs.AsyncEnvPool` options (``step_timeout``...).
+
+    Errors inside an env surface as :class:`~aenvs.EnvError`. Spaces must have a fixed
+    shape (Box, Discrete, MultiDiscrete, MultiBinary, and Dict / Tuple of them).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> envs = AsyncVectorEnv([lambda: gym.make("CartPole-v1")] * 8, executor="process")
+        >>> obs, infos = envs.reset(seed=0)
+        >>> envs.step_async(envs.action_space.sample())
+        >>> obs, rewards, terminations, truncations, infos = envs.step_wait()
+        >>> envs.close()
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[EnvFn],
+        *,
+        executor: str | Executor = "process",
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        copy: bool = True,
+        observation_mode: str | tuple[spaces.Space, spaces.Space] = "same",
+        envs_per_worker: int | None = None,
+        num_workers: int | None = None,
+        loop: DriverKind = "auto",
+        **pool_options: Any,
+    ) -> None:
+        from aenvs.loop import make_driver
+        from aenvs.pool import AsyncEnvPool
+
+        self.env_fns = list(env_fns)
+        if not self.env_fns:
+            raise ValueError("AsyncVectorEnv needs at least one env")
+        self.copy = copy
+        self.observation_mode = observation_mode
+        self.autoreset_mode = (
+            autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
+        )
+        self.num_envs = len(self.env_fns)
+        self._state = AsyncState.DEFAULT
+        members = [
+            functools.partial(_build_member, env_fn=fn, autoreset_mode=self.autoreset_mode)
+            for fn in self.env_fns
+        ]
+        self._pool: AsyncEnvPool = AsyncEnvPool(
+            members,
+            executor=executor,
+            stack="auto",  # differing envs are refused below, with gymnasium's messages
+            envs_per_worker=envs_per_worker,
+            num_workers=num_workers,
+            **pool_options,
+        )
+        self._driver: LoopDriver = make_driver(loop)
+        try:
+            self._driver.run(self._pool.start)
+            self._setup_spaces()
+        except BaseException:
+            self._close_pool()
+            raise
+        self._all = list(range(self.num_envs))
+        self._observations: Any = create_empty_array(
+            self.single_observation_space, n=self.num_envs, fn=np.zeros
+        )
+        self._autoreset_envs = np.zeros(self.num_envs, dtype=np.bool_)
+        self._sent_rows: list[int] | None = None
+        self._received: TensorDictBase | None = None
+
+    def _setup_spaces(self) -> None:
+        specs = self._pool.env_specs
+        self.single_action_space = specs[0].action_space
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        mode = self.observation_mode
+        if isinstance(mode, tuple) and len(mode) == 2:
+            if not all(isinstance(s, spaces.Space) for s in mode):
+                raise TypeError(f"Expected both elements of observation_mode to be Spaces, got {mode}")
+            self.observation_space, self.single_observation_space = mode
+        elif mode == "same":
+            self.single_observation_space = specs[0].observation_space
+            self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        elif mode == "different":
+            self.single_observation_space = specs[0].observation_space
+            self.observation_space = batch_differing_spaces([s.observation_space for s in specs])
+        else:
+            raise ValueError(
+                f"Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
+                f"observation space, actual got {mode}"
+            )
+        for i, spec in enumerate(specs):
+            if mode == "same" and spec.observation_space != self.single_observation_space:
+                raise RuntimeError(
+                    f"AsyncVectorEnv(..., observation_mode='same') however env {i}'s observation space "
+                    f"{spec.observation_space} differs from {self.single_observation_space}. If this is "
+                    "intentional, use `observation_mode='different'` instead."
+                )
+            if mode != "same" and not is_space_dtype_shape_equiv(
+                spec.observation_space, self.single_observation_space
+            ):
+                raise RuntimeError(
+                    f"env {i}'s observation space {spec.observation_space} does not share the shape and "
+                    f"dtype of {self.single_observation_space}"
+                )
+            if spec.action_space != self.single_action_space:
+                raise RuntimeError(
+                    f"env {i}'s action space {spec.action_space} differs from {self.single_action_space}; "
+                    "the action spaces of every env must be equal"
+                )
+        _check_fixed(self.single_observation_space, "observation")
+        _check_fixed(self.single_action_space, "action")
+        root = observation_root(self.single_observation_space)
+        self._read_obs = _obs_reader(self.single_observation_space, root)
+        self._write_actions = _action_writer(self.single_action_space, ("action",), self.num_envs)
+        metadata, render_mode = self._driver.run(self._first_env_attrs)
+        self.metadata = dict(metadata)
+        self.metadata["autoreset_mode"] = self.autoreset_mode
+        self.render_mode = render_mode
+
+    async def _first_env_attrs(self) -> tuple[dict[str, Any], str | None]:
+        (metadata,) = await self._pool.get_attr("metadata", env_index=[0])
+        (render_mode,) = await self._pool.get_attr("render_mode", env_index=[0])
+        return metadata, render_mode
+
+    @classmethod
+    def from_id(
+        cls,
+        id: str,
+        num_envs: int = 1,
+        *,
+        executor: str | Executor = "process",
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        wrappers: Sequence[Callable[[gym.Env], gym.Env]] | None = None,
+        vector_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> AsyncVectorEnv:
+        """Build ``num_envs`` envs of a registered id, as ``gymnasium.make_vec`` does.
+
+        Args:
+            id: a gymnasium id (``"module:Env-v0"`` works too).
+            num_envs: how many envs.
+            executor / autoreset_mode: as for :class:`AsyncVectorEnv`.
+            wrappers: applied to each env, innermost first.
+            vector_kwargs: further :class:`AsyncVectorEnv` arguments.
+            **kwargs: for ``gymnasium.make`` of each env.
+
+        Example:
+            >>> envs = AsyncVectorEnv.from_id("Pendulum-v1", num_envs=4, executor="thread", g=9.81)
+            >>> envs
+            AsyncVectorEnv(Pendulum-v1, num_envs=4)
+            >>> envs.close()
+        """
+        spec = copy.deepcopy(gym.spec(id))
+        make_kwargs = {**spec.kwargs, **kwargs}
+        factory = functools.partial(_make_from_id, id, dict(kwargs), list(wrappers or ()))
+        env = cls(
+            [factory] * num_envs,
+            executor=executor,
+            autoreset_mode=autoreset_mode,
+            **dict(vector_kwargs or {}),
+        )
+        spec.kwargs = make_kwargs
+        if num_envs != 1:
+            spec.kwargs["num_envs"] = num_envs
+        env.spec = spec
+        return env
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def _assert_is_running(self) -> None:
+        if self.closed:
+            raise ClosedEnvironmentError(
+                f"Trying to operate on `{type(self).__name__}`, after a call to `close()`."
+            )
+
+    def _assert_idle(self, call: str) -> None:
+        self._assert_is_running()
+        if self._state is not AsyncState.DEFAULT:
+            raise AlreadyPendingCallError(
+                f"Calling `{call}` while waiting for a pending call to `{self._state.value}` to complete.",
+                str(self._state.value),
+            )
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Stop every worker of the pool and the loop driver."""
+        self._close_pool()
+
+    def _close_pool(self) -> None:
+        driver = self.__dict__.get("_driver")
+        pool = self.__dict__.get("_pool")
+        if driver is None or driver.closed:
+            if pool is not None:
+                pool.executor.kill()
+            return
+        try:
+            if pool is not None:
+                driver.run(pool.aclose)
+        finally:
+            driver.close()
+
+    def __del__(self) -> None:
+        driver = self.__dict__.get("_driver")
+        if driver is None or driver.closed:
+            return
+        warnings.warn(f"{self!r} is not closed; killing its workers", ResourceWarning, stacklevel=1)
+        self.closed = True
+        pool = self.__dict__["_pool"]
+        pool._closed = True
+        pool.executor.kill()
+        try:
+            driver.close()
+        except Exception:
+            pass
+
+    @property
+    def pool(self) -> AsyncEnvPool:
+        """The :class:`~aenvs.AsyncEnvPool` underneath (bound to this env's loop driver)."""
+        return self._pool
+
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:  # pyright: ignore[reportIncompatibleVariableOverride]
+        """The ``np_random_seed`` of each env."""
+        return self.get_attr("np_random_seed")
+
+    @property
+    def np_random(self) -> tuple[np.random.Generator, ...]:  # pyright: ignore[reportIncompatibleVariableOverride]
+        """The ``np_random`` generator of each env."""
+        return self.get_attr("np_random")
+
+    # -- reset ------------------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset every env (or those of ``options["reset_mask"]``); return observations and infos.
+
+        Args:
+            seed: None, an int (env ``i`` gets ``seed + i``) or one seed per env.
+            options: passed to each env's reset; a ``"reset_mask"`` entry (bool array of
+                shape ``(num_envs,)``) resets only those envs, the others keep their
+                observations.
+
+        Example:
+            >>> obs, infos = envs.reset(seed=0)
+            >>> obs, infos = envs.reset(options={"reset_mask": np.array([True, False, True, False])})
+        """
+        self.reset_async(seed=seed, options=options)
+        return self.reset_wait()
+
+    def reset_async(
+        self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> None:
+        """Send the resets of :meth:`reset`; :meth:`reset_wait` collects them."""
+        self._assert_idle("reset_async")
+        if seed is None:
+            seeds: list[int | None] = [None] * self.num_envs
+        elif isinstance(seed, int):
+            seeds = [seed + i for i in range(self.num_envs)]
+        else:
+            seeds = list(seed)
+        if len(seeds) != self.num_envs:
+            raise ValueError(
+                f"If seeds are passed as a list the length must match num_envs={self.num_envs} "
+                f"but got length={len(seeds)}."
+            )
+        rows = self._all
+        if options is not None and "reset_mask" in options:
+            options = dict(options)
+            mask = options.pop("reset_mask")
+            if not isinstance(mask, np.ndarray):
+                raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
+            if mask.shape != (self.num_envs,):
+                raise ValueError(
+                    f"`options['reset_mask']` must have shape `({self.num_envs},)`, got {mask.shape}"
+                )
+            if mask.dtype != np.bool_:
+                raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
+            if not np.any(mask):
+                raise ValueError(
+                    "`options['reset_mask']` must contain a boolean array with at least one True value, "
+                    f"got reset_mask={mask}"
+                )
+            rows = np.flatnonzero(mask).tolist()
+            seeds = [seeds[i] for i in rows]
+        self._driver.run(self._pool.async_reset_send, env_index=rows, seed=seeds, options=options)
+        self._sent_rows = rows
+        self._received = None
+        self._state = AsyncState.WAITING_RESET
+
+    def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
+        """Collect the resets sent by :meth:`reset_async`.
+
+        Raises:
+            NoAsyncCallError: no reset was sent.
+            TimeoutError: ``timeout`` seconds passed first (the resets stay collectable).
+        """
+        self._assert_is_running()
+        if self._state is not AsyncState.WAITING_RESET:
+            raise NoAsyncCallError("Calling `reset_wait` without any prior call to `reset_async`.", "reset")
+        rows = self._sent_rows
+        assert rows is not None
+        td = self._driver.run(self._collect, self._pool.async_reset_recv, rows, timeout)
+        self._state = AsyncState.DEFAULT
+        obs = self._read_obs(td)
+        n = len(rows)
+        if n == self.num_envs:
+            self._observations = obs
+            self._autoreset_envs[:] = False
+        else:
+            index = np.asarray(rows)
+            self._observations = _tree_set_rows(self._observations, obs, index)
+            self._autoreset_envs[index] = False
+        infos: dict[str, Any] = {}
+        carries = _carries(td, n)
+        if carries is not None:
+            for row, carried in zip(rows, carries, strict=True):
+                if carried is not None:
+                    infos = self._add_info(infos, carried.info, row)
+        return (_tree_copy(self._observations) if self.copy else self._observations), infos
+
+    async def _collect(
+        self, recv: Callable[..., Any], rows: list[int], timeout: float | None
+    ) -> TensorDictBase:
+        """Receive the results of ``rows``; on an env's error, receive the others first.
+
+        Kept across an interrupted call (Ctrl-C, timeout): calling the ``*_wait`` method
+        again carries on, as the results stay ready in the pool.
+        """
+        from aenvs.errors import EnvError
+
+        if self._received is not None:
+            return self._received
+        try:
+            td = await recv(env_index=rows, timeout=timeout)
+        except EnvError:
+            for i in rows:  # free the other envs for the next command
+                try:
+                    await recv(env_index=[i])
+                except (EnvError, ValueError):
+                    pass
+            self._state = AsyncState.DEFAULT
+            raise
+        self._received = td
+        return td
+
+    # -- step -------------------------------------------------------------------------------
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every env (autoresetting as ``autoreset_mode`` says); numpy in and out.
+
+        Returns:
+            ``(observations, rewards, terminations, truncations, infos)``: rewards float64,
+            terminations and truncations bool, all of shape ``(num_envs,)``.
+
+        Example:
+            >>> obs, rewards, terminations, truncations, infos = envs.step(envs.action_space.sample())
+        """
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: Any) -> None:
+        """Dispatch one step to every env; returns at once. :meth:`step_wait` collects it.
+
+        Raises:
+            ClosedEnvironmentError: after :meth:`close`.
+            AlreadyPendingCallError: a reset or step is still to be collected.
+            AssertionError: ``autoreset_mode=DISABLED`` and an env whose episode ended was
+                not reset, as gymnasium's vector envs.
+        """
+        from tensordict import TensorDict
+
+        self._assert_idle("step_async")
+        if self.autoreset_mode is AutoresetMode.DISABLED and self._autoreset_envs.any():
+            raise AssertionError(
+                f"autoreset_mode=DISABLED: envs {np.flatnonzero(self._autoreset_envs).tolist()} ended "
+                "their episode; reset them (options={'reset_mask': ...}) before stepping"
+            )
+        source: dict[str, Any] = {}
+        self._write_actions(actions, source)
+        td = TensorDict(source, batch_size=[self.num_envs])
+        self._driver.run(self._pool.async_step_send, td)
+        self._received = None
+        self._state = AsyncState.WAITING_STEP
+
+    def step_wait(
+        self, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Collect the step sent by :meth:`step_async`.
+
+        Raises:
+            NoAsyncCallError: no step was sent.
+            TimeoutError: ``timeout`` seconds passed first (the step stays collectable).
+        """
+        self._assert_is_running()
+        if self._state is not AsyncState.WAITING_STEP:
+            raise NoAsyncCallError("Calling `step_wait` without any prior call to `step_async`.", "step")
+        td = self._driver.run(self._collect, self._pool.async_step_recv, self._all, timeout)
+        self._state = AsyncState.DEFAULT
+        nxt = td.get("next")
+        self._observations = self._read_obs(nxt)
+        rewards = nxt.get("reward").numpy().reshape(-1).astype(np.float64)
+        terminations = nxt.get("terminated").numpy().reshape(-1)
+        truncations = nxt.get("truncated").numpy().reshape(-1)
+        np.logical_or(terminations, truncations, out=self._autoreset_envs)
+        infos: dict[str, Any] = {}
+        carries = _carries(nxt, self.num_envs)
+        if carries is not None:
+            for i, carried in enumerate(carries):
+                if carried is not None:
+                    if carried.reward is not None:
+                        rewards[i] = carried.reward
+                    infos = self._add_info(infos, carried.info, i)
+        obs = _tree_copy(self._observations) if self.copy else self._observations
+        return obs, rewards, terminations, truncations, infos
+
+    # -- calls ------------------------------------------------------------------------------
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call method ``name`` of every env (or get the attribute, if not callable); one result per env.
+
+        Example:
+            >>> envs.call("render")
+        """
+        self._assert_idle("call")
+        return tuple(self._driver.run(self._pool.call, "aenvs_call", name, args, kwargs))
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Attribute ``name`` of every env, as ``call(name)``.
+
+        Example:
+            >>> envs.get_attr("gravity")
+            (9.8, 9.8, 9.8, 9.8)
+        """
+        return self.call(name)
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
+        """Set attribute ``name`` of every env: to ``values[i]`` for a list or tuple, else to ``values``.
+
+        Example:
+            >>> envs.set_attr("gravity", [9.8, 1.6, 3.7, 24.8])
+        """
+        self._assert_idle("set_attr")
+        if not isinstance(values, list | tuple):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise ValueError(
+                "Values must be a list or tuple with length equal to the number of environments. "
+                f"Got `{len(values)}` values for {self.num_envs} environments."
+            )
+        self._driver.run(self._set_attr, name, list(values))
+
+    async def _set_attr(self, name: str, values: list[Any]) -> None:
+        if all(v is values[0] for v in values):
+            await self._pool.set_attr(name, values[0])
+            return
+        await asyncio.gather(*(self._pool.set_attr(name, v, env_index=[i]) for i, v in enumerate(values)))
+
+    def render(self) -> tuple[Any, ...] | None:
+        """The rendered frames of the envs (``call("render")``)."""
+        return self.call("render")
+
+    def __repr__(self) -> str:
+        if self.spec is None:
+            return f"{type(self).__name__}(num_envs={self.num_envs})"
+        return f"{type(self).__name__}({self.spec.id}, num_envs={self.num_envs})"
