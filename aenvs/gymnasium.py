@@ -529,14 +529,20 @@ class AsyncVectorEnv(VectorEnv):
             >>> obs, infos = envs.reset(seed=0)
             >>> obs, infos = envs.reset(options={"reset_mask": np.array([True, False, True, False])})
         """
-        self.reset_async(seed=seed, options=options)
-        return self.reset_wait()
+        command = self._prepare_reset("reset", seed, options)
+        return self._finish_reset(self._driver.run(self._reset, *command))
 
     def reset_async(
         self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> None:
         """Send the resets of :meth:`reset`; :meth:`reset_wait` collects them."""
-        self._assert_idle("reset_async")
+        self._driver.run(self._send_reset, *self._prepare_reset("reset_async", seed, options))
+
+    def _prepare_reset(
+        self, call: str, seed: int | Sequence[int | None] | None, options: dict[str, Any] | None
+    ) -> tuple[list[int], list[int | None], dict[str, Any] | None]:
+        """Check a reset's arguments as gymnasium does: the rows to reset, their seeds, the options."""
+        self._assert_idle(call)
         if seed is None:
             seeds: list[int | None] = [None] * self.num_envs
         elif isinstance(seed, int):
@@ -567,10 +573,21 @@ class AsyncVectorEnv(VectorEnv):
                 )
             rows = np.flatnonzero(mask).tolist()
             seeds = [seeds[i] for i in rows]
-        self._driver.run(self._pool.async_reset_send, env_index=rows, seed=seeds, options=options)
+        return rows, seeds, options
+
+    async def _send_reset(
+        self, rows: list[int], seeds: list[int | None], options: dict[str, Any] | None
+    ) -> None:
+        await self._pool.async_reset_send(env_index=rows, seed=seeds, options=options)
         self._sent_rows = rows
         self._received = None
         self._state = AsyncState.WAITING_RESET
+
+    async def _reset(
+        self, rows: list[int], seeds: list[int | None], options: dict[str, Any] | None
+    ) -> TensorDictBase:
+        await self._send_reset(rows, seeds, options)
+        return await self._collect(self._pool.async_reset_recv, rows, None)
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Collect the resets sent by :meth:`reset_async`.
@@ -582,10 +599,15 @@ class AsyncVectorEnv(VectorEnv):
         self._assert_is_running()
         if self._state is not AsyncState.WAITING_RESET:
             raise NoAsyncCallError("Calling `reset_wait` without any prior call to `reset_async`.", "reset")
+        assert self._sent_rows is not None
+        return self._finish_reset(
+            self._driver.run(self._collect, self._pool.async_reset_recv, self._sent_rows, timeout)
+        )
+
+    def _finish_reset(self, td: TensorDictBase) -> tuple[Any, dict[str, Any]]:
+        self._state = AsyncState.DEFAULT
         rows = self._sent_rows
         assert rows is not None
-        td = self._driver.run(self._collect, self._pool.async_reset_recv, rows, timeout)
-        self._state = AsyncState.DEFAULT
         obs = self._read_obs(td)
         n = len(rows)
         if n == self.num_envs:
@@ -640,8 +662,7 @@ class AsyncVectorEnv(VectorEnv):
         Example:
             >>> obs, rewards, terminations, truncations, infos = envs.step(envs.action_space.sample())
         """
-        self.step_async(actions)
-        return self.step_wait()
+        return self._finish_step(self._driver.run(self._step, self._prepare_step("step", actions)))
 
     def step_async(self, actions: Any) -> None:
         """Dispatch one step to every env; returns at once. :meth:`step_wait` collects it.
@@ -652,9 +673,12 @@ class AsyncVectorEnv(VectorEnv):
             AssertionError: ``autoreset_mode=DISABLED`` and an env whose episode ended was
                 not reset, as gymnasium's vector envs.
         """
+        self._driver.run(self._send_step, self._prepare_step("step_async", actions))
+
+    def _prepare_step(self, call: str, actions: Any) -> TensorDictBase:
         from tensordict import TensorDict
 
-        self._assert_idle("step_async")
+        self._assert_idle(call)
         if self.autoreset_mode is AutoresetMode.DISABLED and self._autoreset_envs.any():
             raise AssertionError(
                 f"autoreset_mode=DISABLED: envs {np.flatnonzero(self._autoreset_envs).tolist()} ended "
@@ -662,10 +686,16 @@ class AsyncVectorEnv(VectorEnv):
             )
         source: dict[str, Any] = {}
         self._write_actions(actions, source)
-        td = TensorDict(source, batch_size=[self.num_envs])
-        self._driver.run(self._pool.async_step_send, td)
+        return TensorDict(source, batch_size=[self.num_envs])
+
+    async def _send_step(self, td: TensorDictBase) -> None:
+        await self._pool.async_step_send(td)
         self._received = None
         self._state = AsyncState.WAITING_STEP
+
+    async def _step(self, td: TensorDictBase) -> TensorDictBase:
+        await self._send_step(td)
+        return await self._collect(self._pool.async_step_recv, self._all, None)
 
     def step_wait(
         self, timeout: float | None = None
@@ -679,7 +709,13 @@ class AsyncVectorEnv(VectorEnv):
         self._assert_is_running()
         if self._state is not AsyncState.WAITING_STEP:
             raise NoAsyncCallError("Calling `step_wait` without any prior call to `step_async`.", "step")
-        td = self._driver.run(self._collect, self._pool.async_step_recv, self._all, timeout)
+        return self._finish_step(
+            self._driver.run(self._collect, self._pool.async_step_recv, self._all, timeout)
+        )
+
+    def _finish_step(
+        self, td: TensorDictBase
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         self._state = AsyncState.DEFAULT
         nxt = td.get("next")
         self._observations = self._read_obs(nxt)
