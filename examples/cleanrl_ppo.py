@@ -10,9 +10,10 @@ both runs learn the same curve and only the wall time differs.
     python examples/cleanrl_ppo.py --vector-env gymnasium          # gymnasium.vector.AsyncVectorEnv
     python examples/cleanrl_ppo.py --executor thread --total-timesteps 20000
 
-Prints a progress line per update interval, a learning curve (mean return of the
-episodes finished in each 50k-step bucket), the step at which the mean return of the
-last 20 episodes first reached ``--target-return``, and steps and wall time in total.
+Prints a progress line every ``--curve-every`` steps, a learning curve (mean return of
+the episodes finished in each such bucket), the step at which the mean return of the
+last 20 episodes first reached ``--target-return`` (training stops there unless
+``--no-stop-at-target``), and steps and wall time in total.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class Args:
     max_grad_norm: float = 0.5
     target_return: float = 475.0  # mean return over the last 20 episodes
     stop_at_target: bool = True  # stop once the target is reached (else run total_timesteps)
-    curve_every: int = 50_000  # steps per learning-curve bucket
+    curve_every: int = 10_000  # steps per learning-curve bucket
     torch_threads: int = 1  # a 64-unit MLP runs fastest on one thread
 
     @property
@@ -271,12 +272,16 @@ def main() -> None:
                     optimizer.step()
 
             elapsed = time.perf_counter() - start
-            if iteration % 10 == 0 or iteration == args.num_iterations:
+            reached = args.stop_at_target and progress.reached_at is not None
+            bucket_done = (
+                global_step // args.curve_every > (global_step - args.batch_size) // args.curve_every
+            )
+            if bucket_done or reached or iteration == args.num_iterations:
                 print(
                     f"step {global_step:>8,}  episodes {progress.episodes:>5}  "
                     f"mean return (last 20) {progress.mean20:7.1f}  steps/s {global_step / elapsed:7.0f}"
                 )
-            if args.stop_at_target and progress.reached_at is not None:
+            if reached:
                 break
     finally:
         envs.close()

@@ -34,7 +34,7 @@ def test_cleanrl_ppo_learns_the_same_on_aenvs_and_on_gymnasium() -> None:
     for out in (ours, theirs):
         assert numbers(rf"^total steps: {NUMBER} ", out) == [4096]
         assert numbers(rf"wall time: {NUMBER} s", out)[0] > 0
-        assert numbers(rf"^  steps +0-50,000 +episodes +{NUMBER}", out)[0] > 0
+        assert numbers(rf"^  steps +0-10,000 +episodes +{NUMBER}", out)[0] > 0
     # the vector envs give the same results step for step: the same seed learns the same curve
     curve = r"^(?:step|  steps) .*$"
     assert re.findall(curve, ours, re.MULTILINE) and [
