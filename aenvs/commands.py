@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from aenvs.errors import EnvCrashedError, EnvError, EnvTimeoutError
@@ -21,6 +21,10 @@ class CommandKind(enum.Enum):
     GET_ATTR = "get_attr"
     SET_ATTR = "set_attr"
     REBUILD = "rebuild"  # close the env and build it again from its factory (a restart in place)
+
+    # members are singletons compared by identity: hash them so too, in C (Enum's own
+    # __hash__ is a Python call, paid on every dict and set lookup of a kind on the hot path)
+    __hash__ = object.__hash__
 
     @property
     def is_transition(self) -> bool:
@@ -45,7 +49,7 @@ class Command:
     options: dict[str, Any] | None = None
     name: str = ""
     args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, Any] | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # positional and trimmed, as for Completion: most commands are a kind and indices

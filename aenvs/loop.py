@@ -27,6 +27,7 @@ import abc
 import asyncio
 import concurrent.futures
 import contextlib
+import importlib
 import signal
 import threading
 from collections.abc import Callable, Coroutine, Generator
@@ -136,10 +137,16 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
         call.loop.call_soon_threadsafe(_noop)  # wake the loop if it waits in select()
 
 
+# signal.getsignal turns the handler into an enum member where it can, through a ValueError
+# for every handler that is a function (~5 us, once per sync call): the C function it calls
+# first answers the same for the handlers compared here
+_getsignal: Callable[[int], Any] = getattr(importlib.import_module("_signal"), "getsignal", signal.getsignal)
+
+
 def _install_sigint_handler() -> bool:
     """Install our SIGINT handler if SIGINT is handled the default way; whether ours is in place."""
     global _previous_handler
-    current = signal.getsignal(signal.SIGINT)
+    current = _getsignal(signal.SIGINT)
     if current is _on_sigint:
         return True
     if current is not signal.default_int_handler:

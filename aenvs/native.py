@@ -47,6 +47,7 @@ class NativeAdapter:
         self.is_async = inspect.iscoroutinefunction(env.step)
         self._obs_keys = self.spec.observation_keys
         self._flat_obs = all(len(key) == 1 for key in self._obs_keys)
+        self._single_obs = self._obs_keys[0] if len(self._obs_keys) == 1 and self._flat_obs else None
         self._known_roots = frozenset(key[0] for key in self._obs_keys) | _SCALARS
         self._action_keys = [leaf.key for leaf in self.spec.action_leaves]
         self._actions: Mapping[Key, np.ndarray] | None = None
@@ -61,8 +62,14 @@ class NativeAdapter:
         if not plain and not isinstance(out, TensorDictBase | Mapping):
             raise TypeError(f"a native env returned {type(out).__name__}, expected a TensorDict or a mapping")
         keys = out.keys()
-        if self._flat_obs:
-            items: list[tuple[Key, Any]] = [(key, _as_array(out[key[0]])) for key in self._obs_keys]
+        single = self._single_obs
+        if single is not None:  # one observation entry at the root: no loop
+            value = out[single[0]]
+            items: list[tuple[Key, Any]] = [
+                (single, value if type(value) is np.ndarray else _as_array(value))
+            ]
+        elif self._flat_obs:
+            items = [(key, _as_array(out[key[0]])) for key in self._obs_keys]
         else:
             items = [(key, _as_array(_lookup(out, key))) for key in self._obs_keys]
         if not (plain and keys <= self._known_roots):
@@ -77,7 +84,7 @@ class NativeAdapter:
         if "reward" not in keys or "terminated" not in keys:
             raise KeyError("a native env's step must return 'reward' and 'terminated'")
         truncated = bool(out["truncated"]) if "truncated" in keys else False
-        return Outcome(items, float(out["reward"]), bool(out["terminated"]), truncated)
+        return Outcome(items, float(out["reward"]), bool(out["terminated"]), truncated, None)
 
     # reset and step return an Outcome, or the env's awaitable whose result goes through
     # outcome() once awaited (the runner does that: one coroutine less per step)

@@ -26,7 +26,7 @@ import torch
 from tensordict import TensorDictBase, lazy_stack, maybe_dense_stack
 
 from aenvs import masks
-from aenvs.batching import Batcher, Inputs
+from aenvs.batching import Batcher, Inputs, shallow_copy
 from aenvs.commands import TRANSITIONS, Command, CommandKind, Completion, RemoteError
 from aenvs.env import EnvState
 from aenvs.errors import EnvBusyError, EnvError, PoolClosedError
@@ -465,7 +465,7 @@ class AsyncEnvPool:
         indices = self._targets(td, env_index)
         batcher.check_actions(td, indices)
         batcher.write_actions(td, indices)
-        stored = td.copy()  # later key changes by the caller do not reach the results
+        stored = shallow_copy(td)  # later key changes by the caller do not reach the results
         # batch and row in two lists, not a tuple per env: per-step objects that live as long
         # as a step are what sets off CPython's full garbage collections
         inputs, rows = self._inputs, self._input_rows

@@ -170,7 +170,9 @@ class EnvRunner:
             if kind is CommandKind.SEED:
                 value = await _resolve(adapter.seed(command.seeds.get(i) if command.seeds else None))
             elif kind is CommandKind.CALL:
-                value = await _resolve(adapter.get_attr(command.name)(*command.args, **command.kwargs))
+                value = await _resolve(
+                    adapter.get_attr(command.name)(*command.args, **(command.kwargs or {}))
+                )
             elif kind is CommandKind.GET_ATTR:
                 value = adapter.get_attr(command.name)
             elif kind is CommandKind.SET_ATTR:
@@ -238,12 +240,13 @@ class EnvRunner:
     def _write_step(self, slot: _Slot, out: Outcome, done: bool) -> dict[Key, Any] | None:
         assert slot.rows is not None and slot.reward is not None and slot.done is not None
         assert slot.terminated is not None and slot.truncated is not None
-        extras = self._write(slot.rows.step, out.items)
-        slot.reward[0] = out.reward
-        slot.terminated[0] = out.terminated
-        slot.truncated[0] = out.truncated
+        items, reward, terminated, truncated, info = out
+        extras = self._write(slot.rows.step, items)
+        slot.reward[0] = reward
+        slot.terminated[0] = terminated
+        slot.truncated[0] = truncated
         slot.done[0] = done
-        return _with_info(extras, out.info)
+        return _with_info(extras, info) if info else extras
 
     async def aclose(self) -> None:
         """Close every env, awaiting async ``close`` methods (on the caller's loop)."""

@@ -192,6 +192,13 @@ class Executor(abc.ABC):
         if self._ready is not None:
             self._ready.set()
 
+    def _push_one(self, completion: Completion) -> None:
+        """Queue one completion; call on the loop's thread (``_push`` without a sequence to build)."""
+        self._completions.append(completion)
+        ready = self._ready
+        if ready is not None and not ready.is_set():
+            ready.set()
+
     def _push_threadsafe(self, completions: Sequence[Completion]) -> None:
         """Queue completions from any thread; wakes the loop at most once per batch of pushes."""
         with self._incoming_lock:

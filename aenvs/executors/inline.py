@@ -146,7 +146,7 @@ class InlineExecutor(Executor):
             yielded = coro.send(None)
         except StopIteration as stop:  # finished without suspending
             env.command = None
-            self._push((stop.value,))
+            self._push_one(stop.value)
             return None
         except BaseException as exc:  # not an env failure (the runner answers those): answer it anyway
             env.command = None
@@ -212,7 +212,7 @@ class InlineExecutor(Executor):
                     self._push((Completion(env.index, command.kind, error=error),))
                 raise
             env.command = None
-            self._push((completion,))
+            self._push_one(completion)
             # nothing of this command may outlive it here while the env waits for its next one:
             # objects kept across a step are what sets off CPython's full collections
             coro = yielded = sent = completion = None
