@@ -229,18 +229,27 @@ class Batcher:
         which: int,
         extras: Sequence[Mapping[Key, Any] | None],
         index: torch.Tensor | None = None,
+        env_index: torch.Tensor | None = None,
     ) -> TensorDictBase:
         """The results of ``env_indices`` (``index``: the same as a tensor, if at hand) as one
-        TensorDict, with their extra entries."""
+        TensorDict, with their extra entries, and ``env_index`` as the entry "env_index" if given."""
         if not self.dense:
             td = self._lazy_rows(env_indices, which)
             for env_td, env_extras in zip(td.tensordicts, extras, strict=True):
                 if env_extras:
                     env_td.update({k: to_td_value(v) for k, v in _nest(env_extras).items()})
+            if env_index is not None:
+                td.set("env_index", env_index)
             return td
-        td = _batch(self._dense_source(env_indices, which, index), len(env_indices))
-        if any(extras):
-            _stack_extras(td, extras)
+        source = self._dense_source(env_indices, which, index)
+        if not any(extras):  # the common case: built whole, without TensorDict.set (~4 us a key)
+            if env_index is not None:
+                source["env_index"] = env_index
+            return _batch(source, len(env_indices))
+        td = _batch(source, len(env_indices))
+        _stack_extras(td, extras)
+        if env_index is not None:
+            td.set("env_index", env_index)
         return td
 
     def _inputs(self, inputs: Sequence[Inputs]) -> TensorDictBase:
@@ -272,9 +281,7 @@ class Batcher:
     def reset_batch(self, completions: Sequence[Completion]) -> TensorDictBase:
         indices = [c.env_index for c in completions]
         env_index = self._env_index(indices)
-        td = self._rows(indices, 0, [c.extras for c in completions], env_index)
-        td.set("env_index", env_index)
-        return td
+        return self._rows(indices, 0, [c.extras for c in completions], env_index, env_index)
 
     def step_batch(self, completions: Sequence[Completion], inputs: Sequence[Inputs]) -> TensorDictBase:
         """TorchRL's step layout: the sent entries at the root, the results under "next"."""
@@ -291,7 +298,9 @@ class Batcher:
         nxt = self._rows(indices, 1, [c.extras for c in completions], env_index)
         sent = self._inputs(inputs)
         if self.dense:
-            return _batch({**dict(sent.items()), "next": nxt, "env_index": env_index}, len(indices))
+            # a TensorDict's root entries are its _tensordict: read directly, not through items()
+            root = sent._tensordict if type(sent) is TensorDict else dict(sent.items())  # pyright: ignore[reportAttributeAccessIssue]
+            return _batch({**root, "next": nxt, "env_index": env_index}, len(indices))
         out = sent.copy() if hasattr(sent, "tensordicts") else lazy_stack(list(sent.unbind(0)))
         out.set("next", nxt)
         out.set("env_index", env_index)
@@ -304,8 +313,8 @@ class Batcher:
         indices = [c.env_index for c in completions]
         env_index = self._env_index(indices)
         out = self._step_batch(completions, inputs, indices, env_index)
-        nxt = self._rows(indices, 0, [c.reset_extras for c in completions], env_index)
-        nxt.set("env_index", env_index.clone())  # its own: the caller may write into one of them
+        # its own env_index: the caller may write into one of the two
+        nxt = self._rows(indices, 0, [c.reset_extras for c in completions], env_index, env_index.clone())
         return out, nxt
 
 
