@@ -19,13 +19,16 @@ Every row is measured for ``--duration`` seconds after a 0.5 s warm-up. Columns 
   window / steps in the window, in microseconds. For AsyncVectorEnv, the parent process only;
 - overhead us/step (pool rows only): the pool's own CPU per step, i.e. the pool row's
   CPU us/step minus the CPU us/step of its bare reference at the same N (which pays for the
-  sleeps, timers and thread wake-ups themselves).
+  sleeps, timers and thread wake-ups themselves);
+- full GCs: CPython's full collections during the window (each walks every object torch
+  loaded: 0.1-0.2 s here).
 
 ``--gc-freeze`` calls ``gc.freeze()`` once everything is imported (a long-running trainer can do
 the same): CPython's full collections then skip the ~300k objects torch's import leaves behind,
 which they otherwise walk ~every second at N=1024.
 
     python benchmarks/latency.py [--duration 3] [--loop uvloop|asyncio] [--json PATH] [--gc-freeze]
+                                 [--only inline:256 inline:1024] [--no-peer]
 """
 
 from __future__ import annotations
@@ -101,25 +104,33 @@ class Row:
     ideal: float
     percent_of_ideal: float
     cpu_us_per_step: float
+    full_gcs: int = 0  # CPython full (generation 2) collections during the window
     overhead_us: float | None = None  # pool rows: cpu_us_per_step minus the bare reference's
+
+
+_full_gcs = 0  # full collections in the last window()
 
 
 def make_row(system: str, executor: str, n: int, steps: int, wall: float, cpu: float) -> Row:
     rate, ideal = steps / wall, n / LATENCY
-    return Row(system, executor, n, rate, ideal, 100 * rate / ideal, 1e6 * cpu / max(steps, 1))
+    return Row(system, executor, n, rate, ideal, 100 * rate / ideal, 1e6 * cpu / max(steps, 1), _full_gcs)
 
 
 async def window(advance: Callable[[], Awaitable[int]], duration: float) -> tuple[int, float, float]:
     """Call ``advance`` (it returns the steps it saw) through a warm-up, then for ``duration``
     seconds: (steps, wall seconds, CPU seconds) of the measured part."""
+    global _full_gcs
     deadline = time.perf_counter() + WARMUP
     while time.perf_counter() < deadline:
         await advance()
     steps = 0
+    full0 = gc.get_stats()[2]["collections"]
     cpu0, t0 = time.process_time(), time.perf_counter()
     while time.perf_counter() - t0 < duration:
         steps += await advance()
-    return steps, time.perf_counter() - t0, time.process_time() - cpu0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    _full_gcs = gc.get_stats()[2]["collections"] - full0
+    return steps, wall, cpu
 
 
 async def pool_row(executor: str, n: int, duration: float) -> Row:
@@ -235,11 +246,14 @@ def gymnasium_row(n: int, duration: float) -> Row | None:
     return make_row("gymnasium AsyncVectorEnv", "process", n, steps, wall, cpu)
 
 
-async def run(duration: float) -> list[Row]:
-    """Each pool row right after its bare reference at the same N (its overhead is relative to it)."""
+async def run(duration: float, only: set[str] | None = None) -> list[Row]:
+    """Each pool row right after its bare reference at the same N (its overhead is relative to it);
+    ``only``: the rows to run, as ``executor:N``."""
     rows: list[Row] = []
     plan = [("inline", n, bare_tasks_row) for n in INLINE_NS]
     plan += [("thread", n, bare_threads_row) for n in THREAD_NS]
+    if only is not None:
+        plan = [(executor, n, bare_row) for executor, n, bare_row in plan if f"{executor}:{n}" in only]
     for executor, n, bare_row in plan:
         bare = await bare_row(n, duration)
         pool = await pool_row(executor, n, duration)
@@ -254,14 +268,14 @@ async def run(duration: float) -> list[Row]:
 
 def table(rows: list[Row]) -> str:
     lines = [
-        "| system | executor | N | steps/s | ideal N/L | % of ideal | CPU us/step | overhead us/step |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| system | executor | N | steps/s | ideal N/L | % of ideal | CPU us/step | overhead us/step | full GCs |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         overhead = "" if r.overhead_us is None else f"{r.overhead_us:.1f}"
         lines.append(
             f"| {r.system} | {r.executor} | {r.n} | {r.steps_per_s:,.0f} | {r.ideal:,.0f} "
-            f"| {r.percent_of_ideal:.1f}% | {r.cpu_us_per_step:.1f} | {overhead} |"
+            f"| {r.percent_of_ideal:.1f}% | {r.cpu_us_per_step:.1f} | {overhead} | {r.full_gcs} |"
         )
     return "\n".join(lines)
 
@@ -274,6 +288,10 @@ def main() -> None:
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="event loop")
     parser.add_argument("--json", default=DEFAULT_JSON, help="where to write the results")
     parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() before measuring")
+    parser.add_argument(
+        "--only", nargs="+", metavar="EXECUTOR:N", help="run only these rows, e.g. inline:256 inline:1024"
+    )
+    parser.add_argument("--no-peer", action="store_true", help="leave gymnasium's AsyncVectorEnv out")
     args = parser.parse_args()
 
     if args.gc_freeze:
@@ -282,8 +300,8 @@ def main() -> None:
     loop_factory = uvloop.new_event_loop if args.loop == "uvloop" else asyncio.new_event_loop
     print(f"L = {LATENCY * 1e3:.0f} ms, loop: {args.loop}, {args.duration:g} s per row", flush=True)
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        rows = runner.run(run(args.duration))
-    peer = gymnasium_row(PEER_N, args.duration)
+        rows = runner.run(run(args.duration, set(args.only) if args.only else None))
+    peer = None if args.no_peer or args.only else gymnasium_row(PEER_N, args.duration)
     if peer is not None:
         rows.append(peer)
 
