@@ -6,7 +6,10 @@ For each batched env and each N, in one run:
   collection loop; for gymnasium, ``VectorEnv.step`` with its own auto-reset), with
   random actions drawn beforehand, after a warm-up, best of ``--repeats``;
 - rollout: seconds for ``env.rollout(--steps, break_when_any_done=False)`` (aenvs and
-  TorchRL; gymnasium has none).
+  TorchRL; gymnasium has none);
+- CPU us per batched step of this process in the best loop (``time.process_time``): for
+  SerialEnv and SyncVectorEnv, which run everything in this process, the ratio of these is
+  the speed ratio without the noise of other jobs on a shared machine.
 
 Compared: ``aenvs.SerialEnv`` (executor "inline") and ``aenvs.ParallelEnv`` (executor
 "process"), ``torchrl.envs.SerialEnv`` / ``ParallelEnv`` of ``GymEnv("CartPole-v1")``,
@@ -47,6 +50,7 @@ class Result:
     steps_per_second: float
     rollout_seconds: float | None
     startup_seconds: float
+    cpu_us: float  # this process's CPU per batched step (best loop): all the work for in-process envs
 
 
 def make_gym_env() -> gym.Env:
@@ -61,6 +65,24 @@ def make_torchrl_env() -> Any:
 
 def best_of(repeats: int, fn: Callable[[], float]) -> float:
     return min(fn() for _ in range(repeats))
+
+
+_cpu_seconds: list[float] = []  # CPU seconds of each timed loop of the current case
+
+
+@contextlib.contextmanager
+def timed_cpu() -> Iterator[None]:
+    """Record this process's CPU seconds over the block (time.process_time: every thread)."""
+    c0 = time.process_time()
+    yield
+    _cpu_seconds.append(time.process_time() - c0)
+
+
+def best_cpu_us(steps: int) -> float:
+    """The best loop's CPU microseconds per batched step, and a fresh record for the next case."""
+    best = min(_cpu_seconds) if _cpu_seconds else float("nan")
+    _cpu_seconds.clear()
+    return 1e6 * best / steps
 
 
 # -- one runner per library --------------------------------------------------------------------
@@ -88,9 +110,10 @@ def run_aenvs(cls: type[BatchedEnv], n: int, steps: int, repeats: int) -> Result
                 td["action"] = actions[t]
                 _, td = env.step_and_maybe_reset(td)
             t0 = time.perf_counter()
-            for t in range(steps):
-                td["action"] = actions[t]
-                _, td = env.step_and_maybe_reset(td)
+            with timed_cpu():
+                for t in range(steps):
+                    td["action"] = actions[t]
+                    _, td = env.step_and_maybe_reset(td)
             return time.perf_counter() - t0
 
         def rollout() -> float:
@@ -99,8 +122,9 @@ def run_aenvs(cls: type[BatchedEnv], n: int, steps: int, repeats: int) -> Result
             return time.perf_counter() - t0
 
         seconds = best_of(repeats, loop)
+        cpu = best_cpu_us(steps)
         rollout_seconds = best_of(repeats, rollout)
-    return Result(f"aenvs.{cls.__name__}", n, steps * n / seconds, rollout_seconds, startup)
+    return Result(f"aenvs.{cls.__name__}", n, steps * n / seconds, rollout_seconds, startup, cpu)
 
 
 def run_torchrl(parallel: bool, n: int, steps: int, repeats: int) -> Result | None:
@@ -125,9 +149,10 @@ def run_torchrl(parallel: bool, n: int, steps: int, repeats: int) -> Result | No
                 td["action"] = actions[t]
                 _, td = env.step_and_maybe_reset(td)
             t0 = time.perf_counter()
-            for t in range(steps):
-                td["action"] = actions[t]
-                _, td = env.step_and_maybe_reset(td)
+            with timed_cpu():
+                for t in range(steps):
+                    td["action"] = actions[t]
+                    _, td = env.step_and_maybe_reset(td)
             return time.perf_counter() - t0
 
         def rollout() -> float:
@@ -136,11 +161,12 @@ def run_torchrl(parallel: bool, n: int, steps: int, repeats: int) -> Result | No
             return time.perf_counter() - t0
 
         seconds = best_of(repeats, loop)
+        cpu = best_cpu_us(steps)
         rollout_seconds = best_of(repeats, rollout)
         del td
     finally:
         env.close()
-    return Result(f"torchrl.{cls.__name__}", n, steps * n / seconds, rollout_seconds, startup)
+    return Result(f"torchrl.{cls.__name__}", n, steps * n / seconds, rollout_seconds, startup, cpu)
 
 
 def run_gymnasium(asynchronous: bool, n: int, steps: int, repeats: int) -> Result:
@@ -157,14 +183,16 @@ def run_gymnasium(asynchronous: bool, n: int, steps: int, repeats: int) -> Resul
             for t in range(50):
                 env.step(actions[t])
             t0 = time.perf_counter()
-            for t in range(steps):
-                env.step(actions[t])
+            with timed_cpu():
+                for t in range(steps):
+                    env.step(actions[t])
             return time.perf_counter() - t0
 
         seconds = best_of(repeats, loop)
+        cpu = best_cpu_us(steps)
     finally:
         env.close()
-    return Result(f"gymnasium.{cls.__name__}", n, steps * n / seconds, None, startup)
+    return Result(f"gymnasium.{cls.__name__}", n, steps * n / seconds, None, startup, cpu)
 
 
 # -- the table --------------------------------------------------------------------------------------
@@ -211,7 +239,8 @@ def main(argv: list[str] | None = None) -> None:
                 rollout = f"{result.rollout_seconds:6.3f}" if result.rollout_seconds is not None else "   n/a"
                 print(
                     f"  {result.name:34s} N={n:<3d} {result.steps_per_second:>10,.0f} steps/s  "
-                    f"rollout({args.steps}) {rollout} s  start {result.startup_seconds:5.2f} s",
+                    f"rollout({args.steps}) {rollout} s  start {result.startup_seconds:5.2f} s  "
+                    f"CPU {result.cpu_us:6.1f} us/batched step (this process)",
                     flush=True,
                 )
 
@@ -251,6 +280,16 @@ def main(argv: list[str] | None = None) -> None:
             None,
         ),
     ]
+    serial, sync = "aenvs.SerialEnv", "gymnasium.SyncVectorEnv"
+    cpu_ratios = []
+    for n in args.num_envs:
+        x, y = results.get((serial, n)), results.get((sync, n))
+        cpu_ratios.append(f"{y.cpu_us / x.cpu_us:.2f}x" if x and y else "n/a")
+    print(
+        f"{'by CPU time: SerialEnv / SyncVectorEnv':46s} "
+        + "  ".join(f"N={n}: {v:>7s}" for n, v in zip(args.num_envs, cpu_ratios, strict=True))
+        + "  (both in this process: immune to other jobs' load)"
+    )
     for label, a, b, target in checks:
         values = [ratio(results, a, b, n) for n in args.num_envs]
         goal = f"  (target >= {target:.2f}x)" if target is not None else ""
