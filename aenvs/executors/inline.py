@@ -64,8 +64,8 @@ def _thrown_into(coro: Coroutine[Any, Any, Any], exc: BaseException) -> Generato
     try:
         yield yielded
     except BaseException as again:
-        return (yield from _thrown_into(coro, again))
-    return (yield from coro)
+        return (yield from _thrown_into(coro, again))  # pyright: ignore[reportGeneralTypeIssues]
+    return (yield from coro)  # pyright: ignore[reportGeneralTypeIssues] - a coroutine delegates as a generator
 
 
 class InlineExecutor(Executor):
@@ -213,7 +213,7 @@ class InlineExecutor(Executor):
             try:
                 # from here the task drives the coroutine itself (C-level delegation, which
                 # also forwards what is thrown in); only a throw is passed by hand first
-                completion = yield from (coro if throw is None else _thrown_into(coro, throw))
+                completion = yield from (coro if throw is None else _thrown_into(coro, throw))  # pyright: ignore[reportGeneralTypeIssues]
             except BaseException as exc:  # not an env failure (the runner answers those)
                 command, env.command = env.command, None
                 if command is not None:  # else abort() answered it
