@@ -249,6 +249,19 @@ async def run(duration: float) -> list[Row]:
     return rows
 
 
+def measure(duration: float = 3.0, loop: str = "uvloop") -> list[Row]:
+    """Every row of the benchmark: the pools beside their bare references, then gymnasium's
+    (``aenvs bench`` calls this; ``main`` prints and saves it)."""
+    loop_factory = uvloop.new_event_loop if loop == "uvloop" else asyncio.new_event_loop
+    print(f"L = {LATENCY * 1e3:.0f} ms, loop: {loop}, {duration:g} s per row", flush=True)
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        rows = runner.run(run(duration))
+    peer = gymnasium_row(PEER_N, duration)
+    if peer is not None:
+        rows.append(peer)
+    return rows
+
+
 # -- reporting ----------------------------------------------------------------------------
 
 
@@ -279,13 +292,7 @@ def main() -> None:
     if args.gc_freeze:
         gc.collect()
         gc.freeze()
-    loop_factory = uvloop.new_event_loop if args.loop == "uvloop" else asyncio.new_event_loop
-    print(f"L = {LATENCY * 1e3:.0f} ms, loop: {args.loop}, {args.duration:g} s per row", flush=True)
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        rows = runner.run(run(args.duration))
-    peer = gymnasium_row(PEER_N, args.duration)
-    if peer is not None:
-        rows.append(peer)
+    rows = measure(args.duration, args.loop)
 
     setup = {
         "command": " ".join(["python", *sys.argv]),
