@@ -5,21 +5,21 @@
   like a gymnasium env with the same spaces (``"observation"`` and the other observation
   keys at the root, one-hot actions taken as indices).
 - :class:`AenvsWrapper` is a TorchRL ``EnvBase`` over an :class:`aenvs.SerialEnv` /
-  :class:`aenvs.ParallelEnv`, for TorchRL's tools that want an ``EnvBase``, such as
-  ``SyncDataCollector``.
+  :class:`aenvs.ParallelEnv`, for TorchRL's tools that want an ``EnvBase``, such as its
+  single-process collector (``SyncDataCollector``, named ``Collector`` since torchrl 0.14).
 
 Example:
-    >>> from torchrl.collectors import SyncDataCollector
+    >>> from torchrl.collectors import Collector
     >>> from torchrl.envs import GymEnv
     >>> env = AenvsWrapper(aenvs.ParallelEnv(4, lambda: GymEnv("CartPole-v1")))
-    >>> collector = SyncDataCollector(env, None, frames_per_batch=64, total_frames=640)
+    >>> collector = Collector(env, None, frames_per_batch=64, total_frames=640)
     >>> for batch in collector:  # random policy: batch [4, 16]
     ...     ...
     >>> collector.shutdown()  # closes env, and the ParallelEnv's workers with it
 """
 
 # pyright: reportMissingImports=false
-# (torchrl is an optional extra: the default dev venv has none; the torchrl venv checks this module)
+# (torchrl is an optional extra that the main dev venv lacks; .venv-torchrl's tests run this module)
 
 from __future__ import annotations
 

@@ -38,7 +38,12 @@ def _suite() -> list[Benchmark]:
     ]
 
 
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
 def test_the_suite_runs_what_it_can_and_says_why_not_the_rest(tmp_path) -> None:
+    before = _children()  # e.g. the process executor's zygote, started by earlier tests
     runs = run_suite(_suite(), out_dir=tmp_path, quick=True, progress=False)
     by_name = {run.benchmark.name: run for run in runs}
     assert list(by_name) == ["good", "needs_ray", "absent", "crashes", "hangs"]
@@ -60,7 +65,7 @@ def test_the_suite_runs_what_it_can_and_says_why_not_the_rest(tmp_path) -> None:
     assert by_name["crashes"].failed is not None and "the env would not start" in by_name["crashes"].failed
     assert by_name["hangs"].failed == "timed out after 3 s"
     assert "waiting forever" in (tmp_path / "hangs.log").read_text()
-    assert not psutil.Process().children(recursive=True)  # the hung benchmark was stopped
+    assert not _children() - before  # the hung benchmark was stopped
 
     report = write_report(
         runs, tmp_path, make_header("aenvs bench --quick", quick=True, started=0.0)
