@@ -40,6 +40,8 @@ def test_torchrl_spec_check_passes(executor: str) -> None:
     assert env.env.is_closed
 
 
+# torchrl 0.14's collector builds its own deprecated weight updaters (nothing of ours)
+@pytest.mark.filterwarnings("ignore:Creating .*WeightUpdater which inherits:DeprecationWarning")
 def test_collector_frames_replay_exactly_on_gymnasium(executor: str) -> None:
     collector = collector_class()(
         _wrapper(executor, seed=SEED),
@@ -59,7 +61,7 @@ def test_collector_frames_replay_exactly_on_gymnasium(executor: str) -> None:
     assert actions.dtype == torch.int64 and set(actions.unique().tolist()) == {0, 1}
 
     seeds, _ = seed_chain(SEED, N)
-    episodes = 0
+    episodes = new_trajectories = 0
     for k in range(N):  # replay env k's actions on a gymnasium CartPole seeded as the pool seeds it
         env = gym.make("CartPole-v1")
         obs, _ = env.reset(seed=seeds[k])
@@ -73,6 +75,7 @@ def test_collector_frames_replay_exactly_on_gymnasium(executor: str) -> None:
             assert frame["next", "truncated"].item() == truncated
             if terminated or truncated:
                 episodes += 1
+                new_trajectories += t < trajectory.batch_size[1] - 1  # one that starts within the data
                 obs, _ = env.reset()
     assert episodes >= 3  # resets happened inside and across batches
-    assert (trajectory["collector", "traj_ids"].unique().numel()) == N + episodes
+    assert trajectory["collector", "traj_ids"].unique().numel() == N + new_trajectories
