@@ -132,7 +132,8 @@ SUITE: tuple[Benchmark, ...] = (
 def _missing(benchmark: Benchmark) -> str | None:
     """Why ``benchmark`` cannot run here (None if it can), without importing anything heavy."""
     for module in benchmark.requires:
-        if importlib.util.find_spec(module) is None:
+        spec = importlib.util.find_spec(module)
+        if spec is None or spec.origin is None:  # (a bare folder of that name is no package)
             return f"needs {module}, which is not installed"
     try:
         found = importlib.util.find_spec(benchmark.module_name) is not None
