@@ -96,7 +96,7 @@ def draw(plot: Plot, rows: Sequence[dict[str, Any]], path: str | Path) -> bool:
         list(handles.values()),
         list(handles),
         loc="outside lower center",
-        ncol=min(4, len(handles)),
+        ncol=max(1, min(4, len(handles), int(width // 2.4))),
         fontsize=8,
     )
     figure.savefig(path, dpi=110)
