@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
+
 __all__ = ["as_row", "main"]
 
 
@@ -63,7 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = importlib.util.find_spec(args.module)
     if spec is not None and spec.origin is not None:  # as when run as a script: it may import its siblings
         sys.path.insert(0, str(Path(spec.origin).parent))
-    function = getattr(importlib.import_module(args.module), args.function)
+    module = importlib.import_module(args.module)
+    # as when it runs as a script (its module is __main__ there), its own functions and classes
+    # travel to worker processes by value: a worker must not import the whole benchmark (torch
+    # and all) to unpickle an env factory, or start-up and memory figures are not the script's
+    cloudpickle.register_pickle_by_value(module)
+    function = getattr(module, args.function)
     result = function(**json.loads(args.kwargs))
     if inspect.isawaitable(result):
         raise TypeError(f"{args.module}.{args.function} must run its own event loop and return rows")

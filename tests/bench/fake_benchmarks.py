@@ -34,3 +34,29 @@ def hang() -> list[object]:
     print("waiting forever", flush=True)
     threading.Event().wait()
     return []
+
+
+def _answer() -> int:
+    return 42
+
+
+def pickled_factory() -> list[object]:
+    """Whether one of this module's functions unpickles in a fresh interpreter that cannot
+    import this module (as a worker process that must not import a whole benchmark)."""
+    import subprocess
+    import sys
+
+    import cloudpickle
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import cloudpickle, sys; print(cloudpickle.loads(sys.stdin.buffer.read())())",
+        ],
+        input=cloudpickle.dumps(_answer),
+        capture_output=True,
+        cwd="/",
+        timeout=60,
+    )
+    return [{"returncode": done.returncode, "stdout": done.stdout.decode().strip()}]

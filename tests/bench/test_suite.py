@@ -96,6 +96,15 @@ def test_replot_rewrites_report_and_plots_without_measuring(tmp_path) -> None:
     assert "aenvs thread | 32 | 3,200" in (tmp_path / "report.md").read_text()
 
 
+def test_a_benchmarks_functions_travel_by_value_as_from_a_script(tmp_path) -> None:
+    """Run as a script, a benchmark's env factories live in __main__ and are pickled by value;
+    the suite keeps it so, or every worker would import the whole benchmark module."""
+    bench = Benchmark("pickles", "Pickles a factory", function="pickled_factory", module=FAKE)
+    (run,) = run_suite([bench], out_dir=tmp_path, progress=False)
+    assert run.ok, run.failed
+    assert run.rows == [{"returncode": 0, "stdout": "42"}]
+
+
 def test_plots_leave_out_rows_without_their_fields(tmp_path) -> None:
     from aenvs.bench.plots import draw
 
