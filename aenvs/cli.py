@@ -362,7 +362,7 @@ def _add_run_parser(subparsers: Any) -> None:
 # -- aenvs bench -----------------------------------------------------------------------
 
 
-def default_bench_dir(quick: bool) -> Path:
+def _default_bench_dir(quick: bool) -> Path:
     """Where ``aenvs bench`` writes: a checkout's ``docs/bench`` (the committed report, for a
     full run), else ``aenvs-bench`` in the current directory."""
     checkout = Path(aenvs.__file__).resolve().parents[1]
@@ -380,7 +380,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         for b in SUITE:
             print(f"{b.name:14s} {b.title}")
         return 0
-    out = Path(args.out) if args.out else default_bench_dir(args.quick)
+    out = Path(args.out) if args.out else _default_bench_dir(args.quick)
     if args.replot:
         runs, header = load_results(out / "results.json")
         print(f"report: {write_report(runs, out, header)} (from {out / 'results.json'}, nothing measured)")
