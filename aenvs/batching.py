@@ -10,7 +10,9 @@ they agree and lazily when they do not; none is dropped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -28,7 +30,7 @@ from aenvs.buffers import Buffers
 from aenvs.commands import Completion
 from aenvs.specs import EnvSpec, Key, Leaf
 
-__all__ = ["Batcher", "shallow_copy", "to_td_value"]
+__all__ = ["Batcher", "lazy_legacy_env_kept", "shallow_copy", "to_td_value"]
 
 Inputs = tuple[TensorDictBase, int]  # the batch an env's command came in, and its row there
 
@@ -72,6 +74,22 @@ def _nest(extras: Mapping[Key, Any]) -> dict[str, Any]:
 _MISSING = object()
 
 
+@contextlib.contextmanager
+def lazy_legacy_env_kept() -> Iterator[None]:
+    """Around a stack of TensorDicts that may differ in keys: tensordict 0.14's leaves
+    LAZY_LEGACY_OP="None" in os.environ, which every later subprocess importing tensordict
+    fails to parse (fixed in 0.15; TorchRL 0.14 pins tensordict 0.14). Keep it as it was."""
+    before = os.environ.get("LAZY_LEGACY_OP")
+    try:
+        yield
+    finally:
+        if os.environ.get("LAZY_LEGACY_OP") != before:
+            if before is None:
+                os.environ.pop("LAZY_LEGACY_OP", None)
+            else:
+                os.environ["LAZY_LEGACY_OP"] = before
+
+
 def _stack_values(values: Sequence[Any]) -> Any:
     """Stack one entry across envs (``_MISSING`` where an env lacks it), losing nothing."""
     if all(isinstance(v, Mapping) or v is _MISSING for v in values):
@@ -91,8 +109,9 @@ def _stack_values(values: Sequence[Any]) -> Any:
 def _stack_extras(td: TensorDictBase, extras: Sequence[Mapping[Key, Any] | None]) -> None:
     """Set every extra entry of a batch into ``td`` (batch [len(extras)]), stacked per key."""
     nested = [_nest(e) if e else {} for e in extras]
-    for key in sorted({k for n in nested for k in n}):
-        td.set(key, _stack_values([n.get(key, _MISSING) for n in nested]))
+    with lazy_legacy_env_kept():
+        for key in sorted({k for n in nested for k in n}):
+            td.set(key, _stack_values([n.get(key, _MISSING) for n in nested]))
 
 
 class Batcher:

@@ -5,9 +5,12 @@ Subcommands:
 ``aenvs run [ENV_ID]``
     Step a pool of gymnasium envs with random actions and report throughput and
     episode returns.
+``aenvs bench``
+    Run the benchmark suite (:mod:`aenvs.bench`) against the peers installed and write
+    a markdown report with PNG plots.
 
 Each subcommand is one ``_add_<name>_parser`` function registered in
-:data:`SUBCOMMANDS`; a new one (``aenvs bench``, say) adds its function there.
+:data:`SUBCOMMANDS`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -355,8 +359,86 @@ def _add_run_parser(subparsers: Any) -> None:
     parser.set_defaults(func=_cmd_run)
 
 
-# ``aenvs bench`` (and later subcommands) register here.
-SUBCOMMANDS: list[Callable[[Any], None]] = [_add_run_parser]
+# -- aenvs bench -----------------------------------------------------------------------
+
+
+def _default_bench_dir(quick: bool) -> Path:
+    """Where ``aenvs bench`` writes: a checkout's ``docs/bench`` (the committed report, for a
+    full run), else ``aenvs-bench`` in the current directory."""
+    checkout = Path(aenvs.__file__).resolve().parents[1]
+    if not quick and (checkout / "pyproject.toml").is_file() and (checkout / "benchmarks").is_dir():
+        return checkout / "docs" / "bench"
+    return Path("aenvs-bench")
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from aenvs.bench import SUITE, run_suite
+    from aenvs.bench.report import load_results, make_header, status, write_report
+
+    names = [b.name for b in SUITE]
+    if args.list:
+        for b in SUITE:
+            print(f"{b.name:14s} {b.title}")
+        return 0
+    out = Path(args.out) if args.out else _default_bench_dir(args.quick)
+    if args.replot:
+        runs, header = load_results(out / "results.json")
+        print(f"report: {write_report(runs, out, header)} (from {out / 'results.json'}, nothing measured)")
+        return 0
+    only = args.only.split(",") if args.only else names
+    unknown = sorted(set(only) - set(names))
+    if unknown:
+        print(f"aenvs bench: unknown benchmarks {unknown}; the suite has {names}", file=sys.stderr)
+        return 2
+    command = (
+        "aenvs bench" + (" --quick" if args.quick else "") + (f" --only {args.only}" if args.only else "")
+    )
+    print(f"{command}: {len(only)} benchmarks, writing to {out}", flush=True)
+    started = time.time()
+    runs = run_suite(
+        [b for b in SUITE if b.name in only], out_dir=out, quick=args.quick, progress=not args.no_progress
+    )
+    report = write_report(runs, out, make_header(command, quick=args.quick, started=started))
+    for run in runs:
+        print(f"  {run.benchmark.name:14s} {run.seconds:6.0f} s  {status(run)}")
+    print(f"report: {report}  ({(time.time() - started) / 60:.1f} min)")
+    return 1 if any(run.failed for run in runs) else 0
+
+
+def _add_bench_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="run the benchmark suite; write a markdown report with plots",
+        description=(
+            "Run the benchmarks (latency, throughput, sync overhead, remote where Ray is installed), "
+            "each in a fresh interpreter, against whichever peers are installed (gymnasium, TorchRL, "
+            "EnvPool: `pip install aenvs[bench]`), and write report.md, results.json, each benchmark's "
+            "output and PNG plots into one folder. About 8 minutes on 2 cores; --quick, about 2."
+        ),
+        epilog="example: aenvs bench --quick --only latency,sync_overhead --out /tmp/bench",
+        formatter_class=_HelpFormatter,
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="folder for the report (default: docs/bench in a checkout of aenvs, else ./aenvs-bench; "
+        "./aenvs-bench for --quick)",
+    )
+    parser.add_argument("--only", default=None, help="comma-separated benchmarks to run (default: all)")
+    parser.add_argument(
+        "--quick", action="store_true", help="short measurements: checks the suite, not for quoting"
+    )
+    parser.add_argument("--list", action="store_true", help="list the suite's benchmarks and exit")
+    parser.add_argument(
+        "--replot",
+        action="store_true",
+        help="measure nothing: rewrite report and plots from OUT/results.json",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.set_defaults(func=_cmd_bench)
+
+
+SUBCOMMANDS: list[Callable[[Any], None]] = [_add_run_parser, _add_bench_parser]
 
 
 def build_parser() -> argparse.ArgumentParser:

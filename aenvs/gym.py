@@ -114,14 +114,18 @@ class GymAdapter:
 
 
 def make_adapter(env: Any) -> Any:
-    """Wrap a built env in the adapter that runs it (gymnasium or native aenvs)."""
+    """Wrap a built env in the adapter that runs it (gymnasium, native aenvs or TorchRL)."""
     if isinstance(env, Env):
         from aenvs.native import NativeAdapter  # torch is needed only for native envs
 
         return NativeAdapter(env)
     if isinstance(env, gym.Env):
         return GymAdapter(env)
+    if hasattr(env, "full_observation_spec") and hasattr(env, "full_action_spec"):  # a TorchRL env
+        from aenvs.torchrl import TorchRLAdapter
+
+        return TorchRLAdapter(env)
     raise TypeError(
         f"an env factory returned {type(env).__name__}; expected a gymnasium.Env, "
-        "an aenvs.Env or a gymnasium id string"
+        "an aenvs.Env, a TorchRL env or a gymnasium id string"
     )

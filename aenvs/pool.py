@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 import warnings
 from collections import Counter
@@ -26,7 +25,7 @@ import torch
 from tensordict import TensorDictBase, lazy_stack, maybe_dense_stack
 
 from aenvs import masks
-from aenvs.batching import Batcher, Inputs, shallow_copy
+from aenvs.batching import Batcher, Inputs, lazy_legacy_env_kept, shallow_copy
 from aenvs.commands import TRANSITIONS, Command, CommandKind, Completion, RemoteError
 from aenvs.env import EnvState
 from aenvs.errors import EnvBusyError, EnvError, PoolClosedError
@@ -1183,19 +1182,8 @@ class AsyncEnvPool:
     @staticmethod
     def _stack_steps(steps: list[TensorDictBase], contiguous: bool) -> TensorDictBase:
         """Stack a rollout's steps on a time dim (dense where possible with ``contiguous``)."""
-        # tensordict 0.14's stack of TensorDicts with different keys (e.g. reset and step
-        # infos) leaves LAZY_LEGACY_OP="None" in os.environ, which every later subprocess
-        # importing tensordict fails to parse (fixed in 0.15; TorchRL 0.14 pins 0.14): keep
-        # the variable as it was
-        before = os.environ.get("LAZY_LEGACY_OP")
-        try:
+        with lazy_legacy_env_kept():  # the steps' infos may differ in keys
             return maybe_dense_stack(steps, dim=1) if contiguous else lazy_stack(steps, dim=1)
-        finally:
-            if os.environ.get("LAZY_LEGACY_OP") != before:
-                if before is None:
-                    os.environ.pop("LAZY_LEGACY_OP", None)
-                else:
-                    os.environ["LAZY_LEGACY_OP"] = before
 
     # -- calls on the envs ---------------------------------------------------------------
 

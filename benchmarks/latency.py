@@ -263,6 +263,22 @@ async def run(duration: float, only: set[str] | None = None) -> list[Row]:
     return rows
 
 
+def measure(
+    duration: float = 3.0, loop: str = "uvloop", only: set[str] | None = None, peer: bool = True
+) -> list[Row]:
+    """The rows of the benchmark: the pools beside their bare references (``only``: the rows
+    ``executor:N`` to run), then gymnasium's unless ``peer`` is false or ``only`` is given
+    (``aenvs bench`` calls this; ``main`` prints and saves it)."""
+    loop_factory = uvloop.new_event_loop if loop == "uvloop" else asyncio.new_event_loop
+    print(f"L = {LATENCY * 1e3:.0f} ms, loop: {loop}, {duration:g} s per row", flush=True)
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        rows = runner.run(run(duration, only))
+    peer_row = gymnasium_row(PEER_N, duration) if peer and only is None else None
+    if peer_row is not None:
+        rows.append(peer_row)
+    return rows
+
+
 # -- reporting ----------------------------------------------------------------------------
 
 
@@ -297,13 +313,7 @@ def main() -> None:
     if args.gc_freeze:
         gc.collect()
         gc.freeze()
-    loop_factory = uvloop.new_event_loop if args.loop == "uvloop" else asyncio.new_event_loop
-    print(f"L = {LATENCY * 1e3:.0f} ms, loop: {args.loop}, {args.duration:g} s per row", flush=True)
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        rows = runner.run(run(args.duration, set(args.only) if args.only else None))
-    peer = None if args.no_peer or args.only else gymnasium_row(PEER_N, args.duration)
-    if peer is not None:
-        rows.append(peer)
+    rows = measure(args.duration, args.loop, set(args.only) if args.only else None, not args.no_peer)
 
     setup = {
         "command": " ".join(["python", *sys.argv]),

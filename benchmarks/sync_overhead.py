@@ -29,7 +29,7 @@ import functools
 import gc
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -205,6 +205,41 @@ def ratio(results: dict[tuple[str, int], Result], a: str, b: str, n: int) -> str
     return f"{x.steps_per_second / y.steps_per_second:.2f}x"
 
 
+def measure(
+    num_envs: Sequence[int] = (4, 8), steps: int = 1000, repeats: int = 3, skip_torchrl: bool = False
+) -> list[Result]:
+    """One result per batched env and N, printed as measured (``aenvs bench`` calls this)."""
+    warnings.simplefilter("ignore")  # TorchRL and gymnasium deprecation chatter
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    results: list[Result] = []
+    for n in num_envs:
+        runs: list[Callable[[], Result | None]] = [
+            functools.partial(run_aenvs, aenvs.SerialEnv, n, steps, repeats),
+            functools.partial(run_aenvs, aenvs.ParallelEnv, n, steps, repeats),
+            functools.partial(run_gymnasium, False, n, steps, repeats),
+            functools.partial(run_gymnasium, True, n, steps, repeats),
+        ]
+        if not skip_torchrl:
+            runs += [
+                functools.partial(run_torchrl, False, n, steps, repeats),
+                functools.partial(run_torchrl, True, n, steps, repeats),
+            ]
+        for run in runs:
+            result = run()
+            gc.collect()
+            if result is not None:
+                results.append(result)
+                rollout = f"{result.rollout_seconds:6.3f}" if result.rollout_seconds is not None else "   n/a"
+                print(
+                    f"  {result.name:34s} N={n:<3d} {result.steps_per_second:>10,.0f} steps/s  "
+                    f"rollout({steps}) {rollout} s  start {result.startup_seconds:5.2f} s  "
+                    f"CPU {result.cpu_us:6.1f} us/batched step (this process)",
+                    flush=True,
+                )
+    return results
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -214,35 +249,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed loops per case, best kept (default: 3)")
     parser.add_argument("--skip-torchrl", action="store_true", help="leave TorchRL out (slow to start)")
     args = parser.parse_args(argv)
-    warnings.simplefilter("ignore")  # TorchRL and gymnasium deprecation chatter
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-
-    results: dict[tuple[str, int], Result] = {}
-    for n in args.num_envs:
-        runs: list[Callable[[], Result | None]] = [
-            functools.partial(run_aenvs, aenvs.SerialEnv, n, args.steps, args.repeats),
-            functools.partial(run_aenvs, aenvs.ParallelEnv, n, args.steps, args.repeats),
-            functools.partial(run_gymnasium, False, n, args.steps, args.repeats),
-            functools.partial(run_gymnasium, True, n, args.steps, args.repeats),
-        ]
-        if not args.skip_torchrl:
-            runs += [
-                functools.partial(run_torchrl, False, n, args.steps, args.repeats),
-                functools.partial(run_torchrl, True, n, args.steps, args.repeats),
-            ]
-        for run in runs:
-            result = run()
-            gc.collect()
-            if result is not None:
-                results[result.name, n] = result
-                rollout = f"{result.rollout_seconds:6.3f}" if result.rollout_seconds is not None else "   n/a"
-                print(
-                    f"  {result.name:34s} N={n:<3d} {result.steps_per_second:>10,.0f} steps/s  "
-                    f"rollout({args.steps}) {rollout} s  start {result.startup_seconds:5.2f} s  "
-                    f"CPU {result.cpu_us:6.1f} us/batched step (this process)",
-                    flush=True,
-                )
+    results = {
+        (r.name, r.num_envs): r for r in measure(args.num_envs, args.steps, args.repeats, args.skip_torchrl)
+    }
 
     print()
     print(

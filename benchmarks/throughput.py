@@ -43,7 +43,7 @@ import platform
 import sys
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any
@@ -235,6 +235,7 @@ class Startup:
 class Run:
     duration: float
     warmup: float
+    attempts: int = ATTEMPTS
     rows: list[Row] = field(default_factory=list)
     startup: list[Startup] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
@@ -262,14 +263,16 @@ def foreign_cores(start: tuple[float, float, float]) -> float:
     return max(0.0, ((end[1] - start[1]) - (end[2] - start[2])) / (end[0] - start[0]))
 
 
-def run_for(step: Callable[[], int], duration: float, warmup: float) -> tuple[float, float]:
+def run_for(
+    step: Callable[[], int], duration: float, warmup: float, attempts: int = ATTEMPTS
+) -> tuple[float, float]:
     """Env steps per second of ``step`` (which returns the env steps it took) over ``duration``,
-    and the cores other jobs used meanwhile; measured again (up to ATTEMPTS) while they are busy."""
+    and the cores other jobs used meanwhile; measured again (up to ``attempts``) while they are busy."""
     end = time.perf_counter() + warmup
     while time.perf_counter() < end:
         step()
     best = (0.0, float("inf"))
-    for _ in range(ATTEMPTS):
+    for _ in range(attempts):
         steps, start = 0, cpu_sample()
         t0 = time.perf_counter()
         while (now := time.perf_counter()) - t0 < duration:
@@ -280,12 +283,14 @@ def run_for(step: Callable[[], int], duration: float, warmup: float) -> tuple[fl
     return best
 
 
-async def arun_for(step: Callable[[], Awaitable[int]], duration: float, warmup: float) -> tuple[float, float]:
+async def arun_for(
+    step: Callable[[], Awaitable[int]], duration: float, warmup: float, attempts: int = ATTEMPTS
+) -> tuple[float, float]:
     end = time.perf_counter() + warmup
     while time.perf_counter() < end:
         await step()
     best = (0.0, float("inf"))
-    for _ in range(ATTEMPTS):
+    for _ in range(attempts):
         steps, start = 0, cpu_sample()
         t0 = time.perf_counter()
         while (now := time.perf_counter()) - t0 < duration:
@@ -335,7 +340,7 @@ async def aenvs_rows(workload: str, rounds: int, n: int, n_actions: int, run: Ru
                 _, td = await pool.step_and_maybe_reset(td)
                 return n
 
-            sps, foreign = await arun_for(lockstep, run.duration, run.warmup)
+            sps, foreign = await arun_for(lockstep, run.duration, run.warmup, run.attempts)
             rows.append(Row(workload, f"aenvs {name} lockstep", n, sps, foreign, startup))
             if name == "inline":
                 continue
@@ -351,7 +356,7 @@ async def aenvs_rows(workload: str, rounds: int, n: int, n_actions: int, run: Ru
                 await pool.async_step_and_maybe_reset_send(ready)
                 return got
 
-            sps, foreign = await arun_for(overlapped, run.duration, run.warmup)
+            sps, foreign = await arun_for(overlapped, run.duration, run.warmup, run.attempts)
             rows.append(Row(workload, f"aenvs {name} overlapped", n, sps, foreign, startup))
             await pool.async_step_and_maybe_reset_recv(min_get=n)
     return rows
@@ -386,7 +391,9 @@ def gymnasium_rows(workload: str, rounds: int, n: int, n_actions: int, run: Run)
                 k += 1
                 return n
 
-            rows.append(Row(workload, name, n, *run_for(step, run.duration, run.warmup), startup))
+            rows.append(
+                Row(workload, name, n, *run_for(step, run.duration, run.warmup, run.attempts), startup)
+            )
         finally:
             envs.close()
     return rows
@@ -436,7 +443,7 @@ def torchrl_row(workload: str, name: str, factory: Callable[[], Any], n: int, ru
             _, td = env.step_and_maybe_reset(td)
             return n
 
-        return Row(workload, name, n, *run_for(step, run.duration, run.warmup), startup)
+        return Row(workload, name, n, *run_for(step, run.duration, run.warmup, run.attempts), startup)
     finally:
         env.close()
 
@@ -459,7 +466,7 @@ def envpool_rows(workload: str, n: int, run: Run) -> list[Row]:
         return n
 
     try:
-        return [Row(workload, "envpool", n, *run_for(step, run.duration, run.warmup), startup)]
+        return [Row(workload, "envpool", n, *run_for(step, run.duration, run.warmup, run.attempts), startup)]
     finally:
         envs.close()
 
@@ -541,7 +548,7 @@ def tables(run: Run, meta: dict[str, Any]) -> str:
         "",
         f"Each cell: {run.duration:g} s of stepping after {run.warmup:g} s of warm-up, random actions, auto-reset.",
         f"For a peer, `(r x)` = {REFERENCE} steps/s / that peer's steps/s: r > 1 means aenvs is r times faster.",
-        f"† other jobs on the machine used >= {QUIET} cores during that cell (after {ATTEMPTS} attempts).",
+        f"† other jobs on the machine used >= {QUIET} cores during that cell (after {run.attempts} attempts).",
         "",
     ]
     for workload, (title, sizes, _) in WORKLOADS.items():
@@ -670,24 +677,23 @@ def versions() -> str:
     return ", ".join(out)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--duration", type=float, default=2.0, help="seconds measured per cell")
-    parser.add_argument("--warmup", type=float, default=0.3, help="seconds stepped before measuring")
-    parser.add_argument("--only", default="cartpole,cpu,pixels,startup", help="sections to run")
-    parser.add_argument("--skip-peers", default="", help="peers to leave out: torchrl,envpool,gymnasium")
-    parser.add_argument(
-        "--torch-threads", type=int, default=0, help="torch.set_num_threads here (default: torch's own)"
-    )
-    parser.add_argument("--out", default=RESULTS, help="directory for throughput.md and throughput.json")
-    args = parser.parse_args()
-    only = set(args.only.split(","))
-    peers = {"gymnasium", "torchrl", "envpool"} - set(filter(None, args.skip_peers.split(",")))
-    if args.torch_threads:
-        torch.set_num_threads(args.torch_threads)
-    run = Run(args.duration, args.warmup)
+SECTIONS = ("cartpole", "cpu", "pixels", "startup")
+PEERS: tuple[str, ...] = ("gymnasium", "torchrl", "envpool")
+
+
+def measure_run(
+    duration: float = 2.0,
+    warmup: float = 0.3,
+    only: Sequence[str] = SECTIONS,
+    skip_peers: Sequence[str] = (),
+    sizes: Sequence[int] | None = None,
+    attempts: int = ATTEMPTS,
+) -> tuple[Run, dict[str, Any]]:
+    """Measure the sections of ``only`` (each workload at its N in ``sizes``, default all)
+    against the peers not skipped, each cell up to ``attempts`` times while other jobs
+    disturb it: the run and what the report says about its setting."""
+    peers = set(PEERS) - set(skip_peers)
+    run = Run(duration, warmup, attempts)
     begin = time.perf_counter()
 
     for peer, module in (("torchrl", "torchrl.envs"), ("envpool", "envpool")):
@@ -712,19 +718,22 @@ def main() -> None:
         "torch_threads": torch.get_num_threads(),
     }
     if "cpu" in only:
-        meta["cpu_bare"] = bare_processes(rounds, args.duration, args.warmup)
+        meta["cpu_bare"] = bare_processes(rounds, duration, warmup)
     print(
         f"cpu env: {rounds} matmuls = {step_s * 1e3:.3f} ms a step; bound {CPUS / step_s:,.0f} steps/s; "
-        f"{CPUS} bare processes: {meta.get('cpu_bare', float('nan')):,.0f} steps/s"
+        f"{CPUS} bare processes: {meta.get('cpu_bare', float('nan')):,.0f} steps/s",
+        flush=True,
     )
 
     if "startup" in only:  # first, so that the aenvs zygote is cold for its first pool
         run.startup = startup_rows(8, peers, run)
         print(f"startup done ({time.perf_counter() - begin:.0f} s)", flush=True)
-    for workload, (_, sizes, n_actions) in WORKLOADS.items():
+    for workload, (_, workload_sizes, n_actions) in WORKLOADS.items():
         if workload not in only:
             continue
-        for n in sizes:
+        for n in workload_sizes:
+            if sizes is not None and n not in sizes:
+                continue
             run.rows += run_async(aenvs_rows(workload, rounds, n, n_actions, run))
             if "gymnasium" in peers:
                 run.rows += guarded(
@@ -736,6 +745,42 @@ def main() -> None:
                 run.rows += torchrl_rows(workload, rounds, n, run)
             print(f"{workload} N={n} done ({time.perf_counter() - begin:.0f} s)", flush=True)
     meta["wall_s"] = time.perf_counter() - begin
+    return run, meta
+
+
+def measure(
+    duration: float = 2.0,
+    warmup: float = 0.3,
+    only: Sequence[str] = SECTIONS,
+    skip_peers: Sequence[str] = (),
+    sizes: Sequence[int] | None = None,
+    attempts: int = ATTEMPTS,
+) -> list[Row | Startup]:
+    """The rows of :func:`measure_run`, start-up rows last (``aenvs bench`` calls this)."""
+    run, _ = measure_run(duration, warmup, only, skip_peers, sizes, attempts)
+    for note in run.skipped:
+        print(f"left out: {note}", flush=True)
+    return [*run.rows, *run.startup]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--duration", type=float, default=2.0, help="seconds measured per cell")
+    parser.add_argument("--warmup", type=float, default=0.3, help="seconds stepped before measuring")
+    parser.add_argument("--only", default=",".join(SECTIONS), help="sections to run")
+    parser.add_argument("--skip-peers", default="", help="peers to leave out: " + ",".join(PEERS))
+    parser.add_argument(
+        "--torch-threads", type=int, default=0, help="torch.set_num_threads here (default: torch's own)"
+    )
+    parser.add_argument("--out", default=RESULTS, help="directory for throughput.md and throughput.json")
+    args = parser.parse_args()
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    run, meta = measure_run(
+        args.duration, args.warmup, args.only.split(","), list(filter(None, args.skip_peers.split(",")))
+    )
 
     report = tables(run, meta)
     print(report)

@@ -11,6 +11,9 @@ import torch
 
 import aenvs
 from aenvs.seeding import seed_chain
+from tests.torchrl.support import import_torchrl
+
+pytestmark = pytest.mark.torchrl
 
 N, STEPS, SEED = 3, 150, 7
 
@@ -21,7 +24,7 @@ def _actions() -> torch.Tensor:
 
 
 def _run_torchrl(actions: torch.Tensor) -> list[dict[str, torch.Tensor]]:
-    torchrl_envs = pytest.importorskip("torchrl.envs")
+    torchrl_envs = import_torchrl("torchrl.envs")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         env = torchrl_envs.SerialEnv(N, lambda: torchrl_envs.GymEnv("CartPole-v1"))

@@ -1,0 +1,174 @@
+"""The benchmark suite's runner and report (aenvs bench), on small fake benchmarks: rows,
+plots, skips, failures and time-outs, and nothing left running."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import psutil
+import pytest
+
+from aenvs.bench import Benchmark, Plot, run_suite
+from aenvs.bench.report import load_results, make_header, write_report
+from aenvs.cli import main
+
+FAKE = "tests.bench.fake_benchmarks"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+GOOD = Benchmark(
+    "good",
+    "A benchmark that works",
+    full={"sizes": [2, 8, 32]},
+    quick={"sizes": [2, 8]},
+    plots=(Plot("good.png", "Fake throughput", ideal="ideal"),),
+    module=FAKE,
+)
+
+
+def _suite() -> list[Benchmark]:
+    return [
+        GOOD,
+        Benchmark(
+            "needs_ray", "Needs a module that is not there", requires=("no_such_module_xyz",), module=FAKE
+        ),
+        Benchmark("absent", "Its module is not there", module="tests.bench.no_such_benchmark"),
+        Benchmark("crashes", "Raises", function="crash", module=FAKE),
+        Benchmark("hangs", "Never returns", function="hang", module=FAKE, timeout=3),
+    ]
+
+
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def test_the_suite_runs_what_it_can_and_says_why_not_the_rest(tmp_path) -> None:
+    before = _children()  # e.g. the process executor's zygote, started by earlier tests
+    runs = run_suite(_suite(), out_dir=tmp_path, quick=True, progress=False)
+    by_name = {run.benchmark.name: run for run in runs}
+    assert list(by_name) == ["good", "needs_ray", "absent", "crashes", "hangs"]
+
+    good = by_name["good"]
+    assert good.ok
+    assert [(r["system"], r.get("n")) for r in good.rows] == [
+        ("aenvs thread", 2),
+        ("a peer", 2),
+        ("aenvs thread", 8),
+        ("a peer", 8),
+        ("aenvs process (cold zygote)", None),
+    ]  # the quick arguments: N = 2 and 8
+    assert good.rows[0]["steps_per_s"] == 200.0
+    assert "measured N=8" in (tmp_path / "good.log").read_text()
+
+    assert by_name["needs_ray"].skipped == "needs no_such_module_xyz, which is not installed"
+    assert by_name["absent"].skipped == "its module tests.bench.no_such_benchmark is not there"
+    assert by_name["crashes"].failed is not None and "the env would not start" in by_name["crashes"].failed
+    assert by_name["hangs"].failed == "timed out after 3 s"
+    assert "waiting forever" in (tmp_path / "hangs.log").read_text()
+    assert not _children() - before  # the hung benchmark was stopped
+
+    report = write_report(
+        runs, tmp_path, make_header("aenvs bench --quick", quick=True, started=0.0)
+    ).read_text()
+    assert "quick run" in report
+    assert "| needs_ray | skipped: needs no_such_module_xyz, which is not installed |" in report
+    assert "| crashes | **failed**: exit code 1: " in report
+    assert "![Fake throughput](good.png)" in report
+    assert "| aenvs thread | 8 | 800 | 1,600 |" in report  # the rows, one table per kind of row
+    assert "| aenvs process (cold zygote) | 0.250 | 6.00, 6.50 |" in report
+    assert (tmp_path / "good.png").read_bytes().startswith(PNG)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [b["name"] for b in results["benchmarks"]] == list(by_name)
+    assert results["benchmarks"][0]["rows"] == good.rows
+
+
+def test_replot_rewrites_report_and_plots_without_measuring(tmp_path) -> None:
+    runs = run_suite([dataclasses.replace(GOOD, name="latency")], out_dir=tmp_path, progress=False)
+    write_report(runs, tmp_path, make_header("aenvs bench", quick=False, started=0.0))
+    (tmp_path / "good.png").unlink()
+    (tmp_path / "report.md").unlink()
+    loaded, header = load_results(tmp_path / "results.json")
+    assert loaded[0].rows == runs[0].rows and len(runs[0].rows) == 7  # the full arguments: 3 sizes
+    assert header["command"] == "aenvs bench"
+    # a suite benchmark's name: drawn as the suite draws it now (latency.png)
+    assert main(["bench", "--replot", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "latency.png").read_bytes().startswith(PNG)
+    assert "aenvs thread | 32 | 3,200" in (tmp_path / "report.md").read_text()
+
+
+def test_a_benchmarks_functions_travel_by_value_as_from_a_script(tmp_path) -> None:
+    """Run as a script, a benchmark's env factories live in __main__ and are pickled by value;
+    the suite keeps it so, or every worker would import the whole benchmark module."""
+    bench = Benchmark("pickles", "Pickles a factory", function="pickled_factory", module=FAKE)
+    (run,) = run_suite([bench], out_dir=tmp_path, progress=False)
+    assert run.ok, run.failed
+    assert run.rows == [{"returncode": 0, "stdout": "42"}]
+
+
+def test_plots_leave_out_rows_without_their_fields(tmp_path) -> None:
+    from aenvs.bench.plots import draw
+
+    rows = [{"system": "aenvs process (cold zygote)", "seconds": 0.25}]
+    assert not draw(Plot("none.png", "Nothing to draw"), rows, tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()
+    rows += [{"system": "aenvs thread", "n": 8, "steps_per_s": 900.0, "workload": "cpu"}]
+    assert draw(Plot("one.png", "One point", panels="workload"), rows, tmp_path / "one.png")
+    assert (tmp_path / "one.png").read_bytes().startswith(PNG)
+
+
+def test_cli_lists_the_suite_and_refuses_unknown_names(capsys) -> None:
+    assert main(["bench", "--list"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert {"latency", "throughput", "sync_overhead", "remote"} <= set(listed)
+    assert main(["bench", "--only", "latency,nope"]) == 2
+    assert "unknown benchmarks ['nope']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["latency", "throughput", "sync_overhead"])
+def test_benchmark_scripts_ship_inside_the_package(name: str) -> None:
+    import importlib
+    from pathlib import Path
+
+    module = importlib.import_module(f"aenvs.benchmarks.{name}")
+    assert module.__file__ is not None
+    assert Path(module.__file__).parent.name == "benchmarks" and callable(module.measure)
+
+
+def test_pyproject_packages_name_every_package() -> None:
+    import tomllib
+    from pathlib import Path
+
+    from setuptools import find_packages
+
+    root = Path(__file__).resolve().parents[2]
+    config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert sorted(config["packages"]) == sorted(
+        [*find_packages(str(root), include=["aenvs*"]), "aenvs.benchmarks"]
+    )
+    assert config["package-dir"] == {"aenvs.benchmarks": "benchmarks"}
+
+
+@pytest.mark.slow
+def test_the_suites_benchmarks_follow_the_protocol(tmp_path) -> None:
+    """Each benchmark of the suite, with arguments that make it short, gives rows its plots draw."""
+    from aenvs.bench import SUITE
+    from aenvs.bench.plots import draw
+
+    tiny = {
+        "latency": {"duration": 0.05},
+        "throughput": {
+            "duration": 0.05,
+            "warmup": 0.01,
+            "only": ["cartpole"],
+            "sizes": [2],
+            "skip_peers": ["torchrl", "envpool"],
+        },
+        "sync_overhead": {"num_envs": [2], "steps": 50, "repeats": 1, "skip_torchrl": True},
+    }
+    suite = [dataclasses.replace(b, quick=tiny[b.name]) for b in SUITE if b.name in tiny]
+    assert len(suite) == len(tiny)
+    for run in run_suite(suite, out_dir=tmp_path, quick=True, progress=False):
+        log = (tmp_path / f"{run.benchmark.name}.log").read_text()
+        assert run.ok, f"{run.benchmark.name}: {run.failed}\n{log}"
+        for plot in run.benchmark.plots:
+            assert draw(plot, run.rows, tmp_path / plot.file), (run.benchmark.name, plot.file, run.rows[:2])
