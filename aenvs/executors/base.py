@@ -171,10 +171,12 @@ class Executor(abc.ABC):
                 f"on the {self.name} executor (its worker hosts envs {stuck})",
                 executor=self.name,
             )
-        for future in futures:
-            failure = future.exception()
-            if failure is not None:
-                raise failure
+        # every failure is retrieved, not only the first raised: asyncio logs the others from
+        # their futures' finalizers otherwise ("exception was never retrieved"), at whatever
+        # moment the garbage collector picks
+        failures = [failure for future in futures if (failure := future.exception()) is not None]
+        if failures:
+            raise failures[0]
         return [future.result() for future in futures]
 
     def _bind_loop(self) -> asyncio.AbstractEventLoop:

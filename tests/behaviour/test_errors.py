@@ -160,3 +160,16 @@ async def test_call_errors_name_the_method(make_pool) -> None:
         await pool.call("no_such_method")
     assert info.value.command == "call:no_such_method"
     assert await pool.get_attr("env_index") == [0, 1]
+
+
+async def test_envs_failing_to_build_raise_once_and_log_nothing(make_pool, caplog) -> None:
+    """Several envs that cannot be made: one EnvError for the first, and no failure is left
+    unretrieved for asyncio to log later from a finalizer (at a moment the GC picks)."""
+    import gc
+
+    with pytest.raises(EnvError, match="NoSuchEnv") as raised:
+        await make_pool(["NoSuchEnv-v0"] * 4)
+    assert raised.value.env_index == 0 and raised.value.command == "make"
+    del raised
+    gc.collect()
+    assert "never retrieved" not in caplog.text
