@@ -1,6 +1,6 @@
 # Two commands on a fresh machine with only python3 and pip:
 #   make run    creates .venv, installs aenvs, runs `aenvs run` on the default env
-#   make test   creates .venv, installs the test extras, runs lint, types and the whole test suite
+#   make test   creates .venv, installs the test extras (Ray included), runs lint, types and the whole test suite
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -17,7 +17,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PIP) --quiet -e ".[test]"
+	$(PIP) --quiet -e ".[test,ray]"
 	touch $@
 
 run: $(VENV)/.installed
