@@ -22,6 +22,8 @@ import tempfile
 import time
 from typing import Any
 
+import psutil
+
 from tests import ray_zygote
 
 ACTOR_PREFIX = "aenvs-"  # every actor a RayExecutor starts is named so
@@ -52,6 +54,7 @@ class LocalRay:
         self._cluster: Any = None
         self._zygote: subprocess.Popen[str] | None = None
         self._zygote_dir: str | None = None
+        self._expected_exits: list[tuple[list[int], float]] = []  # (pids, by when)
 
     def _start_zygote(self) -> None:
         if self._zygote is not None and self._zygote.poll() is None:
@@ -112,12 +115,27 @@ class LocalRay:
             self._cluster.shutdown()
             self._cluster = None
 
+    def expect_exit(self, pids: list[int], within: float) -> None:
+        """Check at the end of the session that ``pids`` exited ``within`` seconds from now
+        (for processes that take their time, without making a test wait for them)."""
+        self._expected_exits.append((pids, time.monotonic() + within))
+
     def close(self) -> None:
+        lingering = []
+        for pids, deadline in self._expected_exits:
+            procs = []
+            for pid in pids:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    procs.append(psutil.Process(pid))
+            _, alive = psutil.wait_procs(procs, timeout=max(0.0, deadline - time.monotonic()))
+            lingering += [p.pid for p in alive]
+        self._expected_exits = []
         self.suspend()
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir = None
             os.environ.pop("RAY_TMPDIR", None)
+        assert not lingering, f"processes still alive past their deadline: {lingering}"
         if self._zygote is not None:
             self._zygote.kill()
             self._zygote.wait()
