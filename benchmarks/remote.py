@@ -32,7 +32,9 @@ import json
 import logging
 import os
 import platform
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
@@ -254,8 +256,15 @@ def run(duration: float = 3.0, quick: bool = False, progress: Callable[[str], No
     ns = NS[:1] if quick else NS
     rounds = calibrate_rounds()
     started_ray = not ray.is_initialized()
+    temp_dir = tempfile.mkdtemp(prefix="aenvs-")  # Ray's logs and sockets, removed afterwards
     if started_ray:
-        ray.init(address="local", num_cpus=RAY_CPUS, include_dashboard=False, logging_level=logging.ERROR)
+        ray.init(
+            address="local",
+            num_cpus=RAY_CPUS,
+            include_dashboard=False,
+            logging_level=logging.ERROR,
+            _temp_dir=temp_dir,
+        )
     rows: list[Row] = []
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -269,6 +278,7 @@ def run(duration: float = 3.0, quick: bool = False, progress: Callable[[str], No
     finally:
         if started_ray:
             ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
     return rows
 
 
