@@ -391,7 +391,11 @@ class RayExecutor(Executor):
     # -- Ray futures on the loop ---------------------------------------------------------
 
     def _future(self, ref: Any) -> asyncio.Future[Any]:
-        return asyncio.wrap_future(ref.future(), loop=self._loop)
+        future = asyncio.wrap_future(ref.future(), loop=self._loop)
+        # an answer nobody waits for any more (a close after a kill, a start given up) fails
+        # quietly instead of logging "exception was never retrieved"
+        future.add_done_callback(_retrieve)
+        return future
 
     def _when_done(self, ref: Any, callback: Callable[..., None], *args: Any) -> None:
         """Call ``callback(*args, future)`` on the loop once ``ref`` is done (Ray reports it)."""
@@ -599,6 +603,11 @@ def _local_options() -> dict[str, Any]:
     if os.environ.get("RAY_ADDRESS"):
         return {}
     return {"address": "local", "num_cpus": os.cpu_count() or 1, "include_dashboard": False}
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _reason(exc: BaseException) -> str:
