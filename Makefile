@@ -1,11 +1,11 @@
 # Two commands on a fresh machine with only python3 and pip:
 #   make run    creates .venv, installs aenvs, runs `aenvs run` on the default env
-#   make test   creates .venv and .venv-torchrl, runs lint, types and the whole test suite
+#   make test   creates .venv (test extras, Ray included) and .venv-torchrl, runs lint, types and the whole test suite
 #
 # Two venvs, because TorchRL pins an older tensordict: torchrl 0.14 (what pip picks beside
 # torch 2.13) requires tensordict < 0.15. The main venv (.venv) has the newest tensordict and
 # runs everything but the TorchRL interop tests (marker `torchrl`); .venv-torchrl has torchrl
-# and tensordict 0.14 and runs only those, with AENVS_REQUIRE_TORCHRL=1 so that a broken
+# and tensordict 0.14 (and Ray, so they run on every executor) and runs only those, with AENVS_REQUIRE_TORCHRL=1 so that a broken
 # torchrl fails them instead of skipping them. The second venv adds about 1.3 min to CI
 # (about 1 min to install, 18-30 s for its tests; `make test` took 6.1-6.4 min from a fresh clone).
 PYTHON ?= python3
@@ -27,7 +27,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PIP) --quiet -e ".[test]"
+	$(PIP) --quiet -e ".[test,ray]"
 	touch $@
 
 # a venv with an extra: $(call extra_venv,VENV,EXTRAS)
@@ -39,7 +39,7 @@ define extra_venv
 endef
 
 $(TORCHRL_VENV)/.installed: pyproject.toml constraints.txt
-	$(call extra_venv,$(TORCHRL_VENV),test$(comma)torchrl)
+	$(call extra_venv,$(TORCHRL_VENV),test$(comma)torchrl$(comma)ray)
 
 $(BENCH_VENV)/.installed: pyproject.toml constraints.txt
 	$(call extra_venv,$(BENCH_VENV),bench)

@@ -15,8 +15,9 @@ import uvloop
 
 from aenvs import AsyncEnvPool
 from aenvs.zygote import zygote_pid
+from tests.ray_session import LOCAL_RAY, actors_left
 
-EXECUTORS = ["inline", "thread", "process"]  # "ray" joins when it lands
+EXECUTORS = ["inline", "thread", "process", "ray"]
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "asyncio": asyncio.new_event_loop,
     "uvloop": uvloop.new_event_loop,
@@ -32,6 +33,22 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> d
 @pytest.fixture(params=EXECUTORS)
 def executor(request: pytest.FixtureRequest) -> str:
     return request.param
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ray_session() -> Any:
+    """Tests on the ray executor share one local Ray instance, shut down after the session."""
+    yield LOCAL_RAY
+    LOCAL_RAY.close()
+
+
+@pytest.fixture(autouse=True)
+def ray_when_needed(request: pytest.FixtureRequest) -> None:
+    """Start the shared Ray instance for a test on the ray executor (also when a test
+    parametrizes ``executor`` itself, as the fault scenarios do)."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and callspec.params.get("executor") == "ray":
+        LOCAL_RAY.ensure()
 
 
 @pytest.fixture(params=list(LOOPS))
@@ -53,8 +70,10 @@ async def make_pool(executor: str) -> AsyncIterator[PoolFactory]:
 
 @pytest.fixture(autouse=True)
 def nothing_left_behind() -> Any:
-    """After each test, every worker thread and worker process a pool started is gone."""
+    """After each test, every worker thread, worker process and Ray actor a pool started is gone."""
     yield
+    left = actors_left(wait=10)
+    assert not left, f"Ray actors left behind: {left}"
     for thread in threading.enumerate():
         if thread.name.startswith("aenvs-thread-"):
             thread.join(timeout=10)

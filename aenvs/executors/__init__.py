@@ -4,6 +4,7 @@
 ``inline``  on the event loop (coroutine envs concurrently)
 ``thread``  on worker threads (one env per thread by default)
 ``process`` in worker processes, results in shared memory
+``ray``     in Ray actors, on this machine or a cluster (``aenvs[ray]``)
 ==========  ==========================================================
 """
 
@@ -14,12 +15,14 @@ from collections.abc import Callable
 from aenvs.executors.base import Executor
 from aenvs.executors.inline import InlineExecutor
 from aenvs.executors.process import ProcessExecutor
+from aenvs.executors.ray import RayExecutor
 from aenvs.executors.thread import ThreadExecutor
 
 __all__ = [
     "Executor",
     "InlineExecutor",
     "ProcessExecutor",
+    "RayExecutor",
     "ThreadExecutor",
     "make_executor",
     "register_executor",
@@ -29,6 +32,7 @@ _FACTORIES: dict[str, Callable[..., Executor]] = {
     "inline": InlineExecutor,
     "thread": ThreadExecutor,
     "process": ProcessExecutor,
+    "ray": RayExecutor,  # imports ray when built, with an error naming the extra if it is missing
 }
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from tests.faults.support import WAIT, applies_to
 from tests.helpers import assert_gone, shm_entries
+from tests.ray_session import LOCAL_RAY
 
 pytestmark = pytest.mark.slow  # a fresh interpreter per scenario
 
@@ -40,8 +41,11 @@ def _python(body: str, loop: str) -> list[str]:
     return [sys.executable, "-c", textwrap.dedent(PREAMBLE.format(loop=loop)) + textwrap.dedent(body)]
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.getcwd()}
+def _env(executor: str) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    if executor == "ray":  # the session's cluster, where Ray ends the actors of a driver that is gone
+        env["RAY_ADDRESS"] = LOCAL_RAY.address
+    return env
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
@@ -59,7 +63,9 @@ def test_dropped_pool_does_not_hang_interpreter_exit(executor: str, loop: str, t
         return pool                                   # dropped, never closed
     keep = run(main())
     """
-    result = subprocess.run(_python(body, loop), capture_output=True, text=True, timeout=WAIT * 2, env=_env())
+    result = subprocess.run(
+        _python(body, loop), capture_output=True, text=True, timeout=WAIT * 2, env=_env(executor)
+    )
     assert result.returncode == 0, result.stderr
     assert_gone([int(p) for p in result.stdout.split()], timeout=WAIT)
     assert shm_entries() <= before
@@ -79,7 +85,7 @@ def test_killed_parent_leaves_no_worker_and_no_shared_memory(executor: str, loop
             await asyncio.Event().wait()              # killed here, env 1 still hung
     run(main())
     """
-    with subprocess.Popen(_python(body, loop), stdout=subprocess.PIPE, text=True, env=_env()) as proc:
+    with subprocess.Popen(_python(body, loop), stdout=subprocess.PIPE, text=True, env=_env(executor)) as proc:
         assert proc.stdout is not None
         pids = [int(p) for p in proc.stdout.readline().split()]
         proc.kill()
