@@ -202,16 +202,16 @@ async def pool_rows(
     return rows
 
 
-def naive_row(workload: str, env_fn: Callable[[], gym.Env], n: int, duration: float) -> Row:
-    """One Ray actor per env, lockstep: ``ray.get`` on every env's step (RLlib's remote envs)."""
+def naive_actors(n: int) -> list[Any]:
+    """N Ray actors that each host one env (what RLlib's remote envs do), built later by
+    :func:`naive_row`; one set serves every workload, as starting an actor is most of the
+    naive loop's set-up."""
     import ray
 
     @ray.remote
     class RemoteEnv:
-        def __init__(self) -> None:
+        def build(self, env_fn: Callable[[], gym.Env]) -> Any:
             self.env = env_fn()
-
-        def reset(self) -> Any:
             return self.env.reset()[0]
 
         def step(self, action: int) -> tuple[Any, float, bool]:
@@ -220,27 +220,35 @@ def naive_row(workload: str, env_fn: Callable[[], gym.Env], n: int, duration: fl
                 obs, _ = self.env.reset()
             return obs, float(reward), terminated or truncated
 
+        def ready(self) -> None:
+            return None
+
     actors = [RemoteEnv.remote() for _ in range(n)]
-    try:
-        ray.get([a.reset.remote() for a in actors])
-        rng = np.random.default_rng(0)
+    ray.get([a.ready.remote() for a in actors])  # started, not starting while others are measured
+    return actors
 
-        def advance() -> int:
-            actions = rng.integers(0, 2, n)
-            ray.get([a.step.remote(int(x)) for a, x in zip(actors, actions, strict=True)])
-            return n
 
-        deadline = time.perf_counter() + WARMUP
-        while time.perf_counter() < deadline:
-            advance()
-        steps = 0
-        cpu0, t0 = time.process_time(), time.perf_counter()
-        while time.perf_counter() - t0 < duration:
-            steps += advance()
-        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    finally:
-        for a in actors:
-            ray.kill(a)  # pyright: ignore[reportArgumentType]
+def naive_row(workload: str, env_fn: Callable[[], gym.Env], actors: list[Any], duration: float) -> Row:
+    """One Ray actor per env, lockstep: ``ray.get`` on every env's step (RLlib's remote envs)."""
+    import ray
+
+    n = len(actors)
+    ray.get([a.build.remote(env_fn) for a in actors])
+    rng = np.random.default_rng(0)
+
+    def advance() -> int:
+        actions = rng.integers(0, 2, n)
+        ray.get([a.step.remote(int(x)) for a, x in zip(actors, actions, strict=True)])
+        return n
+
+    deadline = time.perf_counter() + WARMUP
+    while time.perf_counter() < deadline:
+        advance()
+    steps = 0
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    while time.perf_counter() - t0 < duration:
+        steps += advance()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     return make_row(workload, "naive ray.get loop (actor per env)", n, steps, wall, cpu)
 
 
@@ -265,16 +273,29 @@ def run(duration: float = 3.0, quick: bool = False, progress: Callable[[str], No
             logging_level=logging.ERROR,
             _temp_dir=temp_dir,
         )
+    if __name__ != "__main__":
+        # run as a module (by aenvs bench), as when run as a script: its envs travel to the
+        # actors by value, so that an actor does not import this module (and torch with it)
+        from ray import cloudpickle as ray_cloudpickle
+
+        ray_cloudpickle.register_pickle_by_value(sys.modules[__name__])
     rows: list[Row] = []
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            for workload, (_, make) in WORKLOADS.items():
-                env_fn = make(rounds)
-                for n in ns:
-                    rows += runner.run(pool_rows(workload, env_fn, n, "ray", duration, lockstep=True))
-                    rows.append(naive_row(workload, env_fn, n, duration))
-                    rows += runner.run(pool_rows(workload, env_fn, n, "process", duration, lockstep=False))
-                    progress(f"  done: {workload} N={n}")
+            for n in ns:
+                actors = naive_actors(n)
+                try:
+                    for workload, (_, make) in WORKLOADS.items():
+                        env_fn = make(rounds)
+                        rows += runner.run(pool_rows(workload, env_fn, n, "ray", duration, lockstep=True))
+                        rows.append(naive_row(workload, env_fn, actors, duration))
+                        rows += runner.run(
+                            pool_rows(workload, env_fn, n, "process", duration, lockstep=False)
+                        )
+                        progress(f"  done: {workload} N={n}")
+                finally:
+                    for a in actors:
+                        ray.kill(a)  # pyright: ignore[reportArgumentType]
     finally:
         if started_ray:
             ray.shutdown()
