@@ -119,10 +119,13 @@ def calibrate_rounds(target: float = 0.001) -> int:
     """Matmul rounds that take about ``target`` seconds here (single-threaded numpy)."""
     env = CpuBoundEnv(rounds=200)
     env.reset()
-    start = time.perf_counter()
-    for _ in range(5):
-        env.step(0)
-    per_round = (time.perf_counter() - start) / (5 * 200)
+    best = float("inf")
+    for _ in range(5):  # the fastest of a few tries: another job's load only ever slows one down
+        start = time.perf_counter()
+        for _ in range(5):
+            env.step(0)
+        best = min(best, time.perf_counter() - start)
+    per_round = best / (5 * 200)
     return max(1, round(target / per_round))
 
 

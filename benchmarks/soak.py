@@ -5,8 +5,12 @@ descriptors (parent and workers), the parent's threads and the entries in /dev/s
 and at the end prints each series' slope per 10^6 steps (after the first sample, the
 warm-up). Restarts alternate between an env exception (the env is rebuilt in place) and,
 where the executor has workers to lose, a stopped worker (a new one replaces it).
+On ray, the local Ray instance's own processes (GCS, raylet, log monitor, agents) are
+sampled apart from the actors hosting the envs: their bookkeeping grows with every actor
+ever started (the GCS keeps dead actors' records, the log monitor opens each new
+worker's log files, up to its RAY_LOG_MONITOR_MAX_OPEN_FILES), which is Ray's, not aenvs'.
 
-    python benchmarks/soak.py                       # inline, thread, process: 10^6 steps each
+    python benchmarks/soak.py                       # inline, thread, process (and ray): 10^6 steps each
     python benchmarks/soak.py --steps 200000 --executors process
 """
 
@@ -15,11 +19,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import importlib.util
 import json
 import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+
+# a Ray instance the ray executor starts stays on loopback (read when ray is imported)
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import psutil
 import torch
@@ -35,6 +43,8 @@ class Sample:
     fds: int
     threads: int
     shm_entries: int
+    ray_system_rss_mb: float = 0.0  # Ray's own processes (GCS, raylet, log monitor, agents)
+    ray_system_fds: int = 0
 
 
 @dataclass
@@ -46,19 +56,41 @@ class Run:
     seconds: float = 0.0
 
 
+def _is_ray_system(process: psutil.Process) -> bool:
+    """One of the processes of a local Ray instance itself, not an actor hosting envs."""
+    command = " ".join(process.cmdline())
+    return "ray" in command and "ray::EnvHost" not in command
+
+
 def _sample(steps: int) -> Sample:
+    """Memory and fds of this process and its workers (processes or actors hosting envs),
+    and, apart, of the local Ray instance's own processes, whose bookkeeping grows with
+    every actor ever started (the GCS's tables, the log monitor's open files)."""
     me = psutil.Process()
-    children = me.children(recursive=True)
-    workers_rss = 0
-    fds = me.num_fds()
-    for child in children:
+    workers_rss = ray_rss = 0
+    fds, ray_fds = me.num_fds(), 0
+    for child in me.children(recursive=True):
         try:
-            workers_rss += child.memory_info().rss
-            fds += child.num_fds()
+            rss, child_fds = child.memory_info().rss, child.num_fds()
+            if _is_ray_system(child):
+                ray_rss += rss
+                ray_fds += child_fds
+            else:
+                workers_rss += rss
+                fds += child_fds
         except psutil.NoSuchProcess:
             continue
     shm = len(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else 0
-    return Sample(steps, me.memory_info().rss / 2**20, workers_rss / 2**20, fds, me.num_threads(), shm)
+    return Sample(
+        steps,
+        me.memory_info().rss / 2**20,
+        workers_rss / 2**20,
+        fds,
+        me.num_threads(),
+        shm,
+        ray_rss / 2**20,
+        ray_fds,
+    )
 
 
 async def _force_restart(pool: AsyncEnvPool, env: int, stop_worker: bool) -> None:
@@ -122,20 +154,26 @@ def _slope(xs: list[float], ys: list[float]) -> float:
 def report(run: Run) -> dict[str, float]:
     warm = run.samples[1:]  # the first sample is before warm-up
     per_million = [s.steps / 1e6 for s in warm]
-    slopes = {
-        name: _slope(per_million, [float(getattr(s, name)) for s in warm])
-        for name in ("parent_rss_mb", "workers_rss_mb", "fds", "threads", "shm_entries")
-    }
+    names = ["parent_rss_mb", "workers_rss_mb", "fds", "threads", "shm_entries"]
+    with_ray = any(s.ray_system_rss_mb for s in run.samples)
+    if with_ray:
+        names += ["ray_system_rss_mb", "ray_system_fds"]
+    slopes = {name: _slope(per_million, [float(getattr(s, name)) for s in warm]) for name in names}
     steps = run.samples[-1].steps
     print(
         f"\n{run.executor}: {steps:,} steps in {run.seconds:.0f} s ({steps / run.seconds:,.0f} steps/s), "
         f"{run.restarts} forced restarts ({run.env_restarts} envs rebuilt)"
     )
-    print(f"  {'steps':>9} {'parent MB':>10} {'workers MB':>11} {'fds':>5} {'threads':>8} {'/dev/shm':>9}")
+    ray_header = f" {'Ray MB':>8} {'Ray fds':>8}" if with_ray else ""
+    print(
+        f"  {'steps':>9} {'parent MB':>10} {'workers MB':>11} {'fds':>5} {'threads':>8} {'/dev/shm':>9}"
+        + ray_header
+    )
     for s in run.samples:
+        ray_cells = f" {s.ray_system_rss_mb:>8.1f} {s.ray_system_fds:>8}" if with_ray else ""
         print(
             f"  {s.steps:>9,} {s.parent_rss_mb:>10.1f} {s.workers_rss_mb:>11.1f} {s.fds:>5} {s.threads:>8} "
-            f"{s.shm_entries:>9}"
+            f"{s.shm_entries:>9}" + ray_cells
         )
     print("  slope per 10^6 steps after warm-up: " + ", ".join(f"{k} {v:+.2f}" for k, v in slopes.items()))
     return slopes
@@ -145,7 +183,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--executors", nargs="+", default=["inline", "thread", "process"])
+    with_ray = importlib.util.find_spec("ray") is not None
+    parser.add_argument(
+        "--executors", nargs="+", default=["inline", "thread", "process", *(["ray"] if with_ray else [])]
+    )
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--restarts", type=int, default=100)
