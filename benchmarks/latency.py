@@ -5,7 +5,10 @@ thread: a native env whose plain ``step`` blocks in ``time.sleep(L)``; one threa
 
 Each pool runs the overlapped loop an async trainer runs: reset every env, send every env, then
 repeatedly receive whatever finished (``async_step_recv(min_get=1)``) and re-send those envs at
-once. Beside each, in the same run, a bare reference with no pool: N asyncio tasks that only loop
+once. The inline executor runs that loop twice: receiving every finished env, and at
+most 16 per receive (``max_get=16``, a trainer whose policy takes batches of up to 16),
+which re-sends the first envs of a cohort that finished together before the last are
+gathered. Beside each, in the same run, a bare reference with no pool: N asyncio tasks that only loop
 ``await asyncio.sleep(L)`` (inline), and a ``ThreadPoolExecutor(N)`` whose ``time.sleep(L)`` jobs
 are re-submitted as they complete (thread). If gymnasium is installed, its ``AsyncVectorEnv``
 (lockstep ``step_async`` / ``step_wait``) on a ``time.sleep(L)`` env at N=64 is a peer row.
@@ -62,6 +65,7 @@ WARMUP = 0.5  # seconds run before each measured window
 INLINE_NS = (64, 256, 1024)
 THREAD_NS = (64, 256)
 PEER_N = 64
+BOUNDED_GET = 16  # the inline rows' second loop: a policy batch of at most 16 envs per receive
 DEFAULT_JSON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "latency.json")
 
 OBSERVATION = np.zeros(1, np.float32)
@@ -133,8 +137,8 @@ async def window(advance: Callable[[], Awaitable[int]], duration: float) -> tupl
     return steps, wall, cpu
 
 
-async def pool_row(executor: str, n: int, duration: float) -> Row:
-    """The overlapped loop: receive what finished, re-send those envs at once."""
+async def pool_row(executor: str, n: int, duration: float, max_get: int | None = None) -> Row:
+    """The overlapped loop: receive what finished (at most ``max_get``), re-send those envs at once."""
     env_fn = AsyncSleepyEnv if executor == "inline" else SleepyEnv
     async with AsyncEnvPool([env_fn] * n, executor=executor) as pool:
         td = await pool.reset()
@@ -142,13 +146,14 @@ async def pool_row(executor: str, n: int, duration: float) -> Row:
         await pool.async_step_send(td)
 
         async def advance() -> int:
-            out = await pool.async_step_recv(min_get=1)
+            out = await pool.async_step_recv(min_get=1, max_get=max_get)
             await pool.async_step_send(out.select("action", "env_index"))
             return out.batch_size[0]
 
         steps, wall, cpu = await window(advance, duration)
         await pool.async_step_recv(min_get=n)  # the steps still in flight, before closing
-    return make_row(f"aenvs {executor}", executor, n, steps, wall, cpu)
+    system = f"aenvs {executor}" + (f", max_get={max_get}" if max_get is not None else "")
+    return make_row(system, executor, n, steps, wall, cpu)
 
 
 async def bare_tasks_row(n: int, duration: float) -> Row:
@@ -256,9 +261,12 @@ async def run(duration: float, only: set[str] | None = None) -> list[Row]:
         plan = [(executor, n, bare_row) for executor, n, bare_row in plan if f"{executor}:{n}" in only]
     for executor, n, bare_row in plan:
         bare = await bare_row(n, duration)
-        pool = await pool_row(executor, n, duration)
-        pool.overhead_us = pool.cpu_us_per_step - bare.cpu_us_per_step
-        rows += [pool, bare]
+        pools = [await pool_row(executor, n, duration)]
+        if executor == "inline":
+            pools.append(await pool_row(executor, n, duration, BOUNDED_GET))
+        for pool in pools:
+            pool.overhead_us = pool.cpu_us_per_step - bare.cpu_us_per_step
+        rows += [*pools, bare]
         print(f"  done: {executor} N={n}", flush=True)
     return rows
 

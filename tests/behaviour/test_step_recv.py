@@ -65,6 +65,29 @@ async def test_min_get_max_get_and_env_index_partition_results(make_pool) -> Non
         await pool.async_step_recv()
 
 
+async def test_recv_gathers_each_envs_own_sent_entries_across_sends(make_pool) -> None:
+    """Envs sent in three batches, received in one: each row carries what its own send held,
+    in every dtype, including tensors numpy cannot view (bfloat16, requiring grad)."""
+    pool = await make_pool(echo_env_fns(4))
+    await pool.reset()
+    logits = torch.arange(8.0).reshape(4, 2)
+    for rows in ([2, 0], [3], [1]):
+        td = actions([10.0 + i for i in rows], env_index=rows)
+        if rows == [3]:
+            td["action"].requires_grad_()  # written into the action rows by torch, not numpy
+        td["logits"] = logits[rows].requires_grad_()
+        td["half"] = logits[rows].to(torch.bfloat16)
+        td["count"] = torch.tensor(rows, dtype=torch.int32)
+        await pool.async_step_send(td)
+    out = await pool.async_step_recv(min_get=4)
+    assert out["env_index"].tolist() == [0, 1, 2, 3]
+    assert out["action"][:, 0].tolist() == [10.0, 11.0, 12.0, 13.0]
+    assert out["next", "observation"][:, 1].tolist() == [10.0, 11.0, 12.0, 13.0]
+    assert out["count"].dtype == torch.int32 and out["count"].tolist() == [0, 1, 2, 3]
+    assert torch.equal(out["logits"].detach(), logits)
+    assert out["half"].dtype == torch.bfloat16 and torch.equal(out["half"], logits.to(torch.bfloat16))
+
+
 async def test_recv_returns_every_ready_result_up_to_max_get(make_pool) -> None:
     pool = await make_pool(echo_env_fns(5))
     await pool.reset()
