@@ -32,9 +32,10 @@ from typing import Any
 
 import cloudpickle
 
-from aenvs.commands import Command, CommandKind, Completion, RemoteError
+from aenvs.commands import Command, CommandKind
 from aenvs.errors import EnvCrashedError
-from aenvs.executors.base import Executor, split_envs
+from aenvs.executors.base import split_envs
+from aenvs.executors.workers import WorkerGroupExecutor
 from aenvs.gym import EnvFn
 from aenvs.shm import SharedArena
 from aenvs.specs import EnvSpec
@@ -73,7 +74,7 @@ class _Worker:
                 os.kill(self.pid, signum)
 
 
-class ProcessExecutor(Executor):
+class ProcessExecutor(WorkerGroupExecutor[_Worker]):
     """Runs envs in worker processes, several envs per worker, results in shared memory.
 
     Args:
@@ -104,12 +105,7 @@ class ProcessExecutor(Executor):
         self.envs_per_worker = envs_per_worker
         self.startup_timeout = startup_timeout
         self.close_timeout = close_timeout
-        self._workers: list[_Worker] = []
-        self._worker_of: list[_Worker] = []
         self._arena: SharedArena | None = None  # its descriptor stays open for workers started later
-        self._specs: list[EnvSpec] = []
-        self._recipe: tuple[Sequence[EnvFn], Sequence[int | None], Mapping[int, Any]] = ((), (), {})
-        self._closing = False
 
     def _plan(self, num_envs: int) -> list[list[int]]:
         return split_envs(num_envs, self.envs_per_worker, self.num_workers, os.cpu_count() or 1)
@@ -131,10 +127,9 @@ class ProcessExecutor(Executor):
         self._bind_loop()
         num_envs = len(env_fns)
         self._recipe = (env_fns, seeds, make_kwargs or {})
-        self._workers = [_Worker(k, ids) for k, ids in enumerate(self._plan(num_envs))]
-        self._worker_of = [w for w in self._workers for _ in w.env_indices]
+        self._place([_Worker(k, ids) for k, ids in enumerate(self._plan(num_envs))])
         try:
-            specs_by_env = await self._build(self._workers)
+            specs_by_env = await self._start_workers(self._workers)
             specs = [specs_by_env[i] for i in range(num_envs)]
             self._arena = arena = SharedArena.create(specs)
             self._specs = specs
@@ -146,8 +141,7 @@ class ProcessExecutor(Executor):
             self.kill()
             raise
 
-    async def _build(self, workers: list[_Worker]) -> dict[int, EnvSpec]:
-        """Start ``workers`` and wait until each has built its envs; their specs by env index."""
+    async def _start_workers(self, workers: list[_Worker]) -> dict[int, EnvSpec]:
         loop = self._loop
         assert loop is not None
         # starting processes blocks (the forkserver's first start imports modules): off the loop
@@ -175,19 +169,12 @@ class ProcessExecutor(Executor):
         reduction.send_handle(worker.conn, self._arena.fd, worker.pid)
 
     def _spawn(self, workers: list[_Worker]) -> None:
-        env_fns, seeds, make_kwargs = self._recipe
         for worker in workers:
-            ids = worker.env_indices
-            payload = cloudpickle.dumps(
-                (
-                    {i: env_fns[i] for i in ids},
-                    {i: seeds[i] for i in ids},
-                    {i: make_kwargs.get(i) for i in ids},
-                )
-            )
             ours, theirs = socket.socketpair()
             try:
-                worker.pid = fork_worker(payload, worker.index, len(env_fns), theirs.fileno())
+                worker.pid = fork_worker(
+                    self._recipe_of(worker), worker.index, len(self._recipe[0]), theirs.fileno()
+                )
             finally:
                 theirs.close()
             worker.conn = Connection(ours.detach())
@@ -220,8 +207,7 @@ class ProcessExecutor(Executor):
         except (EOFError, OSError):
             self._lost(worker)
         except Exception as exc:  # a message we cannot read: the worker cannot be trusted any more
-            worker.signal(signal.SIGKILL)
-            self._lost(worker, f"sent a message that could not be read ({exc!r})")
+            self._stop(worker, f"sent a message that could not be read ({exc!r})")
 
     def _on_exit(self, worker: _Worker) -> None:
         conn = worker.conn
@@ -240,13 +226,14 @@ class ProcessExecutor(Executor):
             worker.built.set_exception(EnvCrashedError(first, "make", f"EnvCrashedError: {description}\n"))
         if worker.exited is not None and not worker.exited.done():
             worker.exited.set_result(None)
-        if self._closing:
-            return
-        error = RemoteError.worker_died(description)
-        lost = [Completion(i, kind, error=error) for i, kind in worker.in_flight.items()]
-        worker.in_flight.clear()
-        if lost:
-            self._push(lost)
+        self._crash_in_flight(worker, why)
+
+    def _describe(self, worker: _Worker, why: str) -> str:
+        return worker.describe_death(why)
+
+    def _stop(self, worker: _Worker, why: str) -> None:
+        worker.signal(signal.SIGKILL)
+        self._lost(worker, why)
 
     def _unwatch(self, worker: _Worker) -> None:
         loop = self._loop
@@ -260,66 +247,24 @@ class ProcessExecutor(Executor):
     # -- commands -------------------------------------------------------------------------
 
     def submit(self, command: Command) -> None:
-        by_worker: dict[int, list[int]] = {}
-        for i in command.env_indices:
-            by_worker.setdefault(self._worker_of[i].index, []).append(i)
-        whole = len(by_worker) == 1
-        for index, env_indices in by_worker.items():
-            worker = self._workers[index]
-            if not worker.alive:
-                error = RemoteError.worker_died(worker.describe_death())
-                dead = [Completion(i, command.kind, error=error) for i in env_indices]
-                assert self._loop is not None
-                self._loop.call_soon(self._push, dead)
-                continue
-            for i in env_indices:
+        for worker, part in self._split(command):
+            for i in part.env_indices:
                 worker.in_flight[i] = command.kind
             assert worker.conn is not None
             try:
-                worker.conn.send_bytes(_dumps(command if whole else command.subset(env_indices)))
+                worker.conn.send_bytes(_dumps(part))
             except OSError:
                 pass  # the worker died: its pidfd / pipe EOF reports the envs in flight
 
     # -- restarts ---------------------------------------------------------------------------
 
-    def worker_alive(self, env_index: int) -> bool:
-        return self._worker_of[env_index].alive
+    def _successor(self, dead: _Worker) -> _Worker:
+        self._release(dead)
+        return _Worker(dead.index, dead.env_indices)
 
-    def abort(self, env_indices: Sequence[int]) -> None:
-        for worker in {id(w): w for w in (self._worker_of[i] for i in env_indices)}.values():
-            if worker.alive:
-                worker.signal(signal.SIGKILL)
-                self._lost(worker, "was killed: a command it ran outlived its timeout")
-
-    async def respawn(self, env_indices: Sequence[int]) -> list[int]:
-        dead = {id(w): w for w in (self._worker_of[i] for i in env_indices) if not w.alive}
-        fresh: list[_Worker] = []
-        for old in dead.values():
-            self._release(old)
-            worker = _Worker(old.index, old.env_indices)
-            self._workers[self._workers.index(old)] = worker
-            for i in worker.env_indices:
-                self._worker_of[i] = worker
-            fresh.append(worker)
-        if not fresh:
-            return []
-        try:
-            specs_by_env = await self._build(fresh)
-        except BaseException:
-            for worker in fresh:
-                worker.signal(signal.SIGKILL)
-                self._lost(worker, "failed to start again")
-            raise
-        for i, spec in specs_by_env.items():
-            difference = self._specs[i].layout_difference(spec)
-            if difference is not None:
-                for worker in fresh:
-                    worker.signal(signal.SIGKILL)
-                    self._lost(worker, "was rebuilt with a different layout")
-                raise ValueError(f"env {i} was rebuilt with a different layout: {difference}")
-        for worker in fresh:
+    def _restarted(self, workers: list[_Worker]) -> None:
+        for worker in workers:
             self._hand_arena(worker)
-        return [i for w in fresh for i in w.env_indices]
 
     def _release(self, worker: _Worker) -> None:
         """Close what the parent holds of a dead worker (its pipe and pidfd)."""

@@ -47,8 +47,9 @@ import numpy as np
 from aenvs.buffers import Buffers
 from aenvs.commands import Command, CommandKind, Completion, RemoteError
 from aenvs.errors import EnvCrashedError, EnvTimeoutError
-from aenvs.executors.base import Executor, split_envs
+from aenvs.executors.base import split_envs
 from aenvs.executors.ray_host import EnvHost
+from aenvs.executors.workers import WorkerGroupExecutor
 from aenvs.gym import EnvFn
 from aenvs.specs import EnvSpec
 
@@ -186,7 +187,7 @@ class _Actor:
         return f"Ray actor {self.name} ({where}) hosting envs {self.env_indices} {why}"
 
 
-class RayExecutor(Executor):
+class RayExecutor(WorkerGroupExecutor[_Actor]):
     """Runs envs in Ray actors, ``envs_per_worker`` envs per actor.
 
     Args:
@@ -250,13 +251,8 @@ class RayExecutor(Executor):
         self.close_timeout = close_timeout
         self._id = uuid.uuid4().hex[:8]
         self._generation = itertools.count()
-        self._workers: list[_Actor] = []
-        self._worker_of: list[_Actor] = []
-        self._specs: list[EnvSpec] = []
-        self._recipe: tuple[Sequence[EnvFn], Sequence[int | None], Mapping[int, Any]] = ((), (), {})
         self._host: Any = None
         self._joined = False  # counted as a user of the Ray connection aenvs made
-        self._closing = False
 
     @property
     def pids(self) -> list[int]:
@@ -289,9 +285,8 @@ class RayExecutor(Executor):
             self._recipe = (env_fns, seeds, make_kwargs or {})
             cpus = int(self._ray.cluster_resources().get("CPU", 1)) or 1
             plan = split_envs(num_envs, self.envs_per_worker, self.num_workers, cpus)
-            self._workers = [_Actor(k, ids) for k, ids in enumerate(plan)]
-            self._worker_of = [w for w in self._workers for _ in w.env_indices]
-            specs_by_env = await self._launch(self._workers)
+            self._place([_Actor(k, ids) for k, ids in enumerate(plan)])
+            specs_by_env = await self._start_workers(self._workers)
             self._specs = [specs_by_env[i] for i in range(num_envs)]
             self.buffers = Buffers.allocate(self._specs)
             return self._specs
@@ -312,11 +307,10 @@ class RayExecutor(Executor):
             self._host = self._ray.remote(EnvHost)
         return self._host
 
-    async def _launch(self, workers: list[_Actor]) -> dict[int, EnvSpec]:
-        """Start an actor for each of ``workers`` and build its envs; their specs by env index."""
+    async def _start_workers(self, workers: list[_Actor]) -> dict[int, EnvSpec]:
         loop = self._loop
         assert loop is not None
-        env_fns, seeds, make_kwargs = self._recipe
+        num_envs = len(self._recipe[0])
         options: dict[str, Any] = {
             "max_restarts": 0,
             "max_task_retries": 0,  # a step is never run twice behind the user's back
@@ -330,18 +324,10 @@ class RayExecutor(Executor):
             options["runtime_env"] = self.runtime_env
         host = self._host_class()
         for w in workers:
-            ids = w.env_indices
-            recipe = cloudpickle.dumps(
-                (
-                    {i: env_fns[i] for i in ids},
-                    {i: seeds[i] for i in ids},
-                    {i: make_kwargs.get(i) for i in ids},
-                )
-            )
-            payload = cloudpickle.dumps((recipe, list(sys.path)))
+            payload = cloudpickle.dumps((self._recipe_of(w), list(sys.path)))
             w.name = f"aenvs-{self._id}-{w.index}-{next(self._generation)}"
             w.handle = host.options(name=w.name, **options).remote(
-                payload, w.index, len(env_fns), self.concurrent_envs
+                payload, w.index, num_envs, self.concurrent_envs
             )
             w.ended = loop.create_future()
             self._when_done(w.handle.lifetime.remote(), self._on_lifetime_end, w)
@@ -411,20 +397,9 @@ class RayExecutor(Executor):
     # -- commands -----------------------------------------------------------------------
 
     def submit(self, command: Command) -> None:
-        by_worker: dict[int, list[int]] = {}
-        worker_of = self._worker_of
-        for i in command.env_indices:
-            by_worker.setdefault(worker_of[i].index, []).append(i)
-        whole = len(by_worker) == 1
         kind = command.kind
-        for index, envs in by_worker.items():
-            w = self._workers[index]
-            if not w.alive:
-                error = RemoteError.worker_died(w.describe("died"))
-                dead = [Completion(i, kind, error=error) for i in envs]
-                assert self._loop is not None
-                self._loop.call_soon(self._push, dead)
-                continue
+        for w, part in self._split(command):
+            envs = part.env_indices
             plan = self._plan(w, envs)
             actions = None
             if kind in _WITH_ACTIONS:
@@ -434,7 +409,7 @@ class RayExecutor(Executor):
                     (g, {key: b[rows] for key, b in groups[pool_group].action.items()})
                     for g, pool_group, rows in plan
                 ]
-            ref = w.handle.execute.remote(command if whole else command.subset(envs), actions)
+            ref = w.handle.execute.remote(part, actions)
             for i in envs:
                 w.in_flight[i] = kind
             self._when_done(ref, self._arrived, w, kind, envs, plan)
@@ -506,51 +481,21 @@ class RayExecutor(Executor):
         w.alive = False
         # ActorUnavailableError: it may come back, and must not answer (or step) again
         self._kill(w)
-        if self._closing:
-            return
-        reason = why if isinstance(why, str) else f"died: {_reason(why)}"
-        error = RemoteError.worker_died(w.describe(reason))
-        lost = [Completion(i, kind, error=error) for i, kind in w.in_flight.items()]
-        w.in_flight.clear()
-        if lost:
-            self._push(lost)
+        self._crash_in_flight(w, why if isinstance(why, str) else f"died: {_reason(why)}")
+
+    def _describe(self, worker: _Actor, why: str) -> str:
+        return worker.describe(why)
+
+    def _stop(self, worker: _Actor, why: str) -> None:
+        self._lost(worker, why)
 
     def _kill(self, w: _Actor) -> None:
         if w.handle is not None:
             with contextlib.suppress(Exception):
                 self._ray.kill(w.handle, no_restart=True)
 
-    def worker_alive(self, env_index: int) -> bool:
-        return self._worker_of[env_index].alive
-
-    def abort(self, env_indices: Sequence[int]) -> None:
-        for w in {id(w): w for w in (self._worker_of[i] for i in env_indices)}.values():
-            self._lost(w, "was killed: a command it ran outlived its timeout")
-
-    async def respawn(self, env_indices: Sequence[int]) -> list[int]:
-        dead = {id(w): w for w in (self._worker_of[i] for i in env_indices) if not w.alive}
-        fresh: list[_Actor] = []
-        for old in dead.values():
-            w = _Actor(old.index, old.env_indices)
-            self._workers[self._workers.index(old)] = w
-            for i in w.env_indices:
-                self._worker_of[i] = w
-            fresh.append(w)
-        if not fresh:
-            return []
-        try:
-            specs_by_env = await self._launch(fresh)
-        except BaseException:
-            for w in fresh:
-                self._lost(w, "failed to start again")
-            raise
-        for i, spec in specs_by_env.items():
-            difference = self._specs[i].layout_difference(spec)
-            if difference is not None:
-                for w in fresh:
-                    self._lost(w, "was rebuilt with a different layout")
-                raise ValueError(f"env {i} was rebuilt with a different layout: {difference}")
-        return [i for w in fresh for i in w.env_indices]
+    def _successor(self, dead: _Actor) -> _Actor:
+        return _Actor(dead.index, dead.env_indices)
 
     # -- closing ----------------------------------------------------------------------------
 
