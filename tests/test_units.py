@@ -7,6 +7,7 @@ import pytest
 from gymnasium import spaces
 
 import aenvs
+from aenvs import executors
 from aenvs.buffers import Buffers
 from aenvs.seeding import next_seed, seed_chain
 from aenvs.specs import EnvSpec, space_leaves
@@ -117,3 +118,11 @@ def test_step_mdp_moves_next_to_the_root() -> None:
     assert torch.equal(nxt["observation"], torch.ones(2, 3))
     assert nxt["env_index"].tolist() == [4, 7]
     assert "reward" in aenvs.step_mdp(td, keep_reward=True).keys()
+
+
+@pytest.mark.parametrize("executor", ["ThreadExecutor", "ProcessExecutor", "RayExecutor"])
+@pytest.mark.parametrize("option", ["num_workers", "envs_per_worker"])
+def test_worker_counts_under_one_are_refused_naming_the_option(executor: str, option: str) -> None:
+    cls = getattr(executors, executor)
+    with pytest.raises(ValueError, match=f"^{option} must be >= 1, got 0$"):
+        cls(**{option: 0})

@@ -26,7 +26,7 @@ from aenvs.errors import EnvTimeoutError
 from aenvs.gym import EnvFn
 from aenvs.specs import EnvSpec
 
-__all__ = ["Executor", "split_envs"]
+__all__ = ["Executor", "check_worker_options", "split_envs"]
 
 
 def split_envs(
@@ -44,6 +44,13 @@ def split_envs(
     else:
         per = math.ceil(num_envs / min(num_workers or default_workers, num_envs))
     return [list(range(i, min(i + per, num_envs))) for i in range(0, num_envs, per)]
+
+
+def check_worker_options(num_workers: int | None, envs_per_worker: int | None) -> None:
+    """Raise ValueError for a worker count or an envs-per-worker count under 1."""
+    for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
 
 
 class Executor(abc.ABC):

@@ -34,7 +34,7 @@ import cloudpickle
 
 from aenvs.commands import Command, CommandKind
 from aenvs.errors import EnvCrashedError
-from aenvs.executors.base import split_envs
+from aenvs.executors.base import check_worker_options, split_envs
 from aenvs.executors.workers import WorkerGroupExecutor
 from aenvs.gym import EnvFn
 from aenvs.shm import SharedArena
@@ -98,9 +98,7 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
         close_timeout: float = 5.0,
     ) -> None:
         super().__init__()
-        for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
+        check_worker_options(num_workers, envs_per_worker)
         self.num_workers = num_workers
         self.envs_per_worker = envs_per_worker
         self.startup_timeout = startup_timeout

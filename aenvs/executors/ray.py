@@ -47,7 +47,7 @@ import numpy as np
 from aenvs.buffers import Buffers
 from aenvs.commands import Command, CommandKind, Completion, RemoteError
 from aenvs.errors import EnvCrashedError, EnvTimeoutError
-from aenvs.executors.base import split_envs
+from aenvs.executors.base import check_worker_options, split_envs
 from aenvs.executors.ray_host import EnvHost
 from aenvs.executors.workers import WorkerGroupExecutor
 from aenvs.gym import EnvFn
@@ -233,9 +233,7 @@ class RayExecutor(WorkerGroupExecutor[_Actor]):
         close_timeout: float = 5.0,
     ) -> None:
         super().__init__()
-        for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
+        check_worker_options(num_workers, envs_per_worker)
         self._ray = import_ray()
         self.num_workers = num_workers
         self.envs_per_worker = envs_per_worker

@@ -17,7 +17,7 @@ from typing import Any
 
 from aenvs.buffers import Buffers
 from aenvs.commands import Command, CommandKind, Completion, RemoteError
-from aenvs.executors.base import Executor, split_envs
+from aenvs.executors.base import Executor, check_worker_options, split_envs
 from aenvs.gym import EnvFn
 from aenvs.runner import EnvRunner
 from aenvs.specs import EnvSpec
@@ -64,10 +64,7 @@ class ThreadExecutor(Executor):
         close_timeout: float = 5.0,
     ) -> None:
         super().__init__()
-        if envs_per_worker is not None and envs_per_worker < 1:
-            raise ValueError(f"envs_per_worker must be >= 1, got {envs_per_worker}")
-        if num_workers is not None and num_workers < 1:
-            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        check_worker_options(num_workers, envs_per_worker)
         self.envs_per_worker = envs_per_worker
         self.num_workers = num_workers
         self.startup_timeout = startup_timeout
