@@ -48,7 +48,11 @@ class NativeAdapter:
         self._obs_keys = self.spec.observation_keys
         self._flat_obs = all(len(key) == 1 for key in self._obs_keys)
         self._single_obs = self._obs_keys[0] if len(self._obs_keys) == 1 and self._flat_obs else None
-        self._known_roots = frozenset(key[0] for key in self._obs_keys) | _SCALARS
+        #: the name of the one observation entry, if the env has one at its root: a step
+        #: returning a plain dict of it and the scalars is written without ``outcome``
+        self.plain_observation = None if self._single_obs is None else self._single_obs[0]
+        #: the root entries a step may return that are not extras
+        self.known_roots = self._known_roots = frozenset(key[0] for key in self._obs_keys) | _SCALARS
         self._action_keys = [leaf.key for leaf in self.spec.action_leaves]
         self._actions: Mapping[Key, np.ndarray] | None = None
         self._action_views: list[tuple[Key, torch.Tensor]] = []
@@ -118,8 +122,12 @@ class NativeAdapter:
         return td
 
     def step(self, actions: Mapping[Key, np.ndarray], row: int) -> Any:
+        """The env's step result: a plain dict as returned (the runner writes the common one
+        itself), an awaitable, or anything else through ``outcome``."""
         out = self.env.step(self._action_td(actions, row))
-        return out if type(out) is CoroutineType or inspect.isawaitable(out) else self.outcome(out, True)
+        if type(out) is dict or type(out) is CoroutineType or inspect.isawaitable(out):
+            return out
+        return self.outcome(out, True)
 
     def seed(self, seed: int | None) -> Any:
         set_seed = getattr(self.env, "set_seed", None)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -52,12 +52,17 @@ class _Slot:
     done: np.ndarray | None = None
     reset_flags: tuple[np.ndarray, ...] = ()
     carry: tuple[tuple[np.ndarray, np.ndarray], ...] = ()  # (reset row, step row) per observation leaf
+    # a native env with one observation entry at its root: that entry's name and step row
+    plain_name: str | None = None
+    plain_row: np.ndarray | None = None
 
     def attach(self, rows: EnvRows) -> None:
         self.rows = rows
         step = rows.step
         self.reward, self.done = step[_REWARD], step[_DONE]
         self.terminated, self.truncated = step[_TERMINATED], step[_TRUNCATED]
+        self.plain_name = getattr(self.adapter, "plain_observation", None)
+        self.plain_row = None if self.plain_name is None else step[(self.plain_name,)]
         self.reset_flags = (rows.reset[_DONE], rows.reset[_TERMINATED], rows.reset[_TRUNCATED])
         self.carry = tuple((view, step[key]) for key, view in rows.reset.items() if key not in _FLAGS)
 
@@ -143,11 +148,21 @@ class EnvRunner:
             if kind is _STEP or kind is _SMR:
                 rows = slot.rows
                 assert rows is not None
-                out = adapter.step(rows.action, rows.row)
-                if type(out) is not Outcome:  # an async env's coroutine
-                    out = adapter.outcome(await out, True)
-                done = out.terminated or out.truncated
-                completion = Completion(i, kind, None, self._write_step(slot, out, done), None, done)
+                # an Outcome, or what a native env's step returned: a plain dict or an awaitable
+                result: Any = adapter.step(rows.action, rows.row)
+                outcome: Outcome | None = result if type(result) is Outcome else None
+                done = None
+                if outcome is None:
+                    if type(result) is not dict:  # an async env's coroutine
+                        result = await cast(Awaitable[Any], result)
+                    done = self._write_plain_step(slot, result)
+                    if done is None:
+                        outcome = adapter.outcome(result, True)
+                if outcome is not None:
+                    done = outcome.terminated or outcome.truncated
+                    completion = Completion(i, kind, None, self._write_step(slot, outcome, done), None, done)
+                else:  # written already
+                    completion = Completion(i, kind, None, None, None, bool(done))
                 if kind is _SMR:
                     if done:
                         out = adapter.reset(None, None)
@@ -229,6 +244,36 @@ class EnvRunner:
                 )
             view[...] = value
         return extras
+
+    @staticmethod
+    def _write_plain_step(slot: _Slot, out: Any) -> bool | None:
+        """Write a native env's step result, a plain dict of its one observation entry and the
+        step scalars, straight into its rows, and return ``done``; None (nothing written) for
+        any other result, which goes through ``outcome`` (and its error messages).
+
+        The common native step, without the Outcome, items list and key walk of the general
+        path: on the inline executor the completions of envs that finished together all run
+        before the receiver can gather any of them, so each one's cost delays every env of
+        the batch (benchmarks/latency.py, N=256 envs of 10 ms, three runs each side by side:
+        87.0% -> 88.7% of the ideal steps/s).
+        """
+        name, view = slot.plain_name, slot.plain_row
+        if type(out) is not dict or view is None or not out.keys() <= slot.adapter.known_roots:
+            return None
+        value = out.get(name)
+        if type(value) is not np.ndarray or value.shape != view.shape:
+            return None
+        if "reward" not in out or "terminated" not in out:
+            return None
+        reward, terminated = float(out["reward"]), bool(out["terminated"])
+        truncated = bool(out["truncated"]) if "truncated" in out else False
+        done = terminated or truncated
+        view[...] = value
+        slot.reward[0] = reward  # pyright: ignore[reportOptionalSubscript] - attached with the rows
+        slot.terminated[0] = terminated  # pyright: ignore[reportOptionalSubscript]
+        slot.truncated[0] = truncated  # pyright: ignore[reportOptionalSubscript]
+        slot.done[0] = done  # pyright: ignore[reportOptionalSubscript]
+        return done
 
     def _write_reset(self, slot: _Slot, out: Outcome) -> dict[Key, Any] | None:
         assert slot.rows is not None
