@@ -22,7 +22,10 @@ class TaskAwareEnv(EchoEnv):
 
     0: no await at all; 1: ``asyncio.timeout`` set before its first await, expiring
     inside it; 2: ``asyncio.timeout`` set after a first await; 3: raises before any
-    await; 4: cancels itself through ``asyncio.current_task()`` and catches it.
+    await; 4: cancels itself through ``asyncio.current_task()`` and catches it; 5: the
+    future it awaits completes and, in the same loop turn, its task is cancelled (the
+    cancellation reaches it at that await, as in any task); 6: the future it awaits is
+    cancelled by someone else (a CancelledError there, the task itself not cancelled).
     The observation's step counter is replaced by 1 when the env's own task ran the
     step (the timeout or cancellation reached it), else 0.
     """
@@ -54,6 +57,22 @@ class TaskAwareEnv(EchoEnv):
             except asyncio.CancelledError:
                 task.uncancel()
                 own = 1.0
+        elif how in (5, 6):
+            loop = asyncio.get_running_loop()
+            awaited = loop.create_future()
+            if how == 5:
+                loop.call_soon(awaited.set_result, None)
+                loop.call_soon(task.cancel)
+            else:
+                loop.call_soon(awaited.cancel)
+            try:
+                await awaited
+            except asyncio.CancelledError:
+                if how == 5:
+                    assert task.uncancel() == 0
+                else:
+                    assert task.cancelling() == 0, "only the awaited future was cancelled"
+                own = 1.0
         out = self._advance(td)
         out["observation"][2] = own
         return out
@@ -66,7 +85,7 @@ def task_aware_env_fns(n: int) -> list:
     return [make] * n
 
 
-@pytest.mark.parametrize("how", [0, 1, 2, 4])
+@pytest.mark.parametrize("how", [0, 1, 2, 4, 5, 6])
 async def test_a_coroutine_env_waits_in_its_own_task(make_pool, how: int) -> None:
     pool = await make_pool(task_aware_env_fns(3))
     await pool.reset()
@@ -75,7 +94,8 @@ async def test_a_coroutine_env_waits_in_its_own_task(make_pool, how: int) -> Non
     for _ in range(2):  # the first command of an env, and a later one
         await pool.async_step_send(actions([float(how)] * 3))
         assert not caller.cancelling(), "the env's timeout or cancel reached the sender"
-        out = await pool.async_step_recv(min_get=3)
+        # well before the envs' 30 s sleeps end: a timeout or cancellation reached them at once
+        out = await pool.async_step_recv(min_get=3, timeout=10)
         assert out["env_index"].tolist() == [0, 1, 2]
         assert out["next", "observation"][:, 1].tolist() == [float(how)] * 3
         ran_in_own_task = out["next", "observation"][:, 2].tolist()
