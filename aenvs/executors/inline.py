@@ -86,6 +86,7 @@ class InlineExecutor(Executor):
         self._envs: dict[int, _CoroutineEnv] = {}  # coroutine envs, once they got a command
         self._is_async: list[bool] = []  # per env, looked up on every submit
         self._aborted: set[int] = set()
+        self._closing = False
         self._plain: deque[Command] = deque()  # plain envs' commands, run at the loop's next turn
         self._plain_scheduled = False
 
@@ -192,6 +193,8 @@ class InlineExecutor(Executor):
         loop = self._loop
         assert loop is not None
         while True:
+            if self._closing or self._envs.get(env.index) is not env:
+                return  # given up on by close or abort while its command swallowed the cancellation
             throw: BaseException | None = None
             if env.coro is None:
                 env.inbox = loop.create_future()
@@ -287,14 +290,21 @@ class InlineExecutor(Executor):
         return rebuilt
 
     async def aclose(self) -> None:
+        self._closing = True
         tasks = [self._cancel(env) for env in self._envs.values()]
         if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # an env that swallows its cancellation keeps its task: abandoned after
+            # close_timeout (a task cannot be killed), as the thread executor abandons a thread
+            await asyncio.wait(tasks, timeout=self.close_timeout)
+            for task in tasks:
+                if task.done() and not task.cancelled():
+                    task.exception()  # retrieved: asyncio would log it at the task's end
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.aclose()
 
     def kill(self) -> None:
+        self._closing = True
         for env in self._envs.values():
             self._cancel(env)
         runner, self._runner = self._runner, None

@@ -258,6 +258,51 @@ async def test_worker_ignoring_sigterm_is_killed_within_close_timeout(executor: 
     assert not alive
 
 
+def cancellation_swallowing_env_fns(n: int, swallow_for: float) -> list[Any]:
+    """Coroutine echo envs whose step swallows every cancellation for ``swallow_for`` seconds
+    after it starts (an env that must not hold up a close), then ends."""
+
+    def make(ctx: Any) -> Any:
+        import asyncio
+        import time
+
+        from aenvs.testing import AsyncEchoEnv
+
+        class Stubborn(AsyncEchoEnv):
+            async def step(self, td: Any) -> Any:  # type: ignore[override]
+                until = time.monotonic() + swallow_for
+                while time.monotonic() < until:
+                    try:
+                        await asyncio.sleep(0.02)
+                    except asyncio.CancelledError:
+                        pass
+                return self._advance(td)
+
+        return Stubborn(env_index=ctx.env_index)
+
+    return [make] * n
+
+
+@applies_to("inline", "thread", "process", "ray")
+async def test_an_env_swallowing_its_cancellation_does_not_hold_up_close(executor: str) -> None:
+    pool = AsyncEnvPool(cancellation_swallowing_env_fns(2, 4.0), executor=executor, close_timeout=0.3)
+    await pool.start()
+    await pool.reset()
+    await pool.async_step_send(echo_actions(2))
+    with pytest.raises(TimeoutError):  # the steps are under way, in the envs' own hands
+        await pool.async_step_recv(min_get=1, timeout=0.2)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with asyncio.timeout(WAIT):  # I4
+        await pool.aclose()
+    assert loop.time() - started < 3.0, "close waited for the envs instead of close_timeout"
+    assert pool.is_closed
+    # what was abandoned ends by itself (the envs stop swallowing after 4 s): nothing to leak
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    if others:
+        await asyncio.wait(others, timeout=WAIT)
+
+
 # -- bad input ---------------------------------------------------------------------------
 
 
