@@ -137,3 +137,20 @@ async def test_a_bad_plain_result_is_the_env_error_of_the_general_path(make_pool
     await pool.async_step_send(actions([PLAIN] * 3))
     out = await pool.async_step_recv(min_get=3)
     assert out["next", "observation"][:, 0].tolist() == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["plain-step", "async-step"])
+async def test_step_and_maybe_reset_with_plain_results(make_pool, asynchronous: bool) -> None:
+    cases = [PLAIN, TRUNCATED, NUMPY_SCALARS, EXTRA_ENTRY]
+    n = len(cases)
+    pool = await make_pool(dict_env_fns(n, asynchronous=asynchronous), stack="lazy")
+    await pool.reset()
+    out, nxt = await pool.step_and_maybe_reset(actions(cases))
+    ended = [a in (TRUNCATED, NUMPY_SCALARS) for a in cases]
+    assert out["next", "done"].reshape(-1).tolist() == ended
+    for i, a in enumerate(cases):
+        stepped = [float(i), float(a), 1.0]
+        assert out["next", "observation"][i].tolist() == stepped
+        # an ended episode starts again from the reset observation; the others carry the step's
+        assert nxt["observation"][i].tolist() == ([float(i), -1.0, 0.0] if ended[i] else stepped)
+        assert nxt["done"][i].item() is False
