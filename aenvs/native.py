@@ -52,7 +52,7 @@ class NativeAdapter:
         #: returning a plain dict of it and the scalars is written without ``outcome``
         self.plain_observation = None if self._single_obs is None else self._single_obs[0]
         #: the root entries a step may return that are not extras
-        self.known_roots = self._known_roots = frozenset(key[0] for key in self._obs_keys) | _SCALARS
+        self.known_roots = frozenset(key[0] for key in self._obs_keys) | _SCALARS
         self._action_keys = [leaf.key for leaf in self.spec.action_leaves]
         self._actions: Mapping[Key, np.ndarray] | None = None
         self._action_views: list[tuple[Key, torch.Tensor]] = []
@@ -76,9 +76,9 @@ class NativeAdapter:
             items = [(key, _as_array(out[key[0]])) for key in self._obs_keys]
         else:
             items = [(key, _as_array(_lookup(out, key))) for key in self._obs_keys]
-        if not (plain and keys <= self._known_roots):
+        if not (plain and keys <= self.known_roots):
             for root in keys:
-                if root not in self._known_roots:  # entries the spec does not name travel as extras
+                if root not in self.known_roots:  # entries the spec does not name travel as extras
                     value = out[root]
                     items.append(
                         ((root,), value.to_dict() if isinstance(value, TensorDictBase) else _as_array(value))

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -149,20 +149,18 @@ class EnvRunner:
                 rows = slot.rows
                 assert rows is not None
                 # an Outcome, or what a native env's step returned: a plain dict or an awaitable
-                result: Any = adapter.step(rows.action, rows.row)
-                outcome: Outcome | None = result if type(result) is Outcome else None
-                done = None
-                if outcome is None:
-                    if type(result) is not dict:  # an async env's coroutine
-                        result = await cast(Awaitable[Any], result)
-                    done = self._write_plain_step(slot, result)
-                    if done is None:
-                        outcome = adapter.outcome(result, True)
-                if outcome is not None:
-                    done = outcome.terminated or outcome.truncated
-                    completion = Completion(i, kind, None, self._write_step(slot, outcome, done), None, done)
-                else:  # written already
-                    completion = Completion(i, kind, None, None, None, bool(done))
+                out: Any = adapter.step(rows.action, rows.row)
+                if type(out) is not Outcome and type(out) is not dict:  # an async env's coroutine
+                    out = await out
+                # None: not a plain dict it could write (a gym env's Outcome skips the call)
+                done = self._write_plain_step(slot, out) if type(out) is dict else None
+                extras = None
+                if done is None:
+                    if type(out) is not Outcome:
+                        out = adapter.outcome(out, True)
+                    done = out.terminated or out.truncated
+                    extras = self._write_step(slot, out, done)
+                completion = Completion(i, kind, None, extras, None, done)
                 if kind is _SMR:
                     if done:
                         out = adapter.reset(None, None)
