@@ -7,7 +7,7 @@
 # runs everything but the TorchRL interop tests (marker `torchrl`); .venv-torchrl has torchrl
 # and tensordict 0.14 (and Ray, so they run on every executor) and runs only those, with AENVS_REQUIRE_TORCHRL=1 so that a broken
 # torchrl fails them instead of skipping them. The second venv adds about 1.3 min to CI
-# (about 1 min to install, 18-45 s for its tests; `make test` took 9.3 min from a fresh clone, 2026-11-23).
+# (about 1 min to install, 18-45 s for its tests; `make test` took 10.6 min from a fresh clone, 2026-11-23).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
