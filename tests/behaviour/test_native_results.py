@@ -19,6 +19,7 @@ from aenvs import EnvContext, EnvError, EnvState
 # what the env returns for each action: (description, how the step result is built)
 PLAIN, TRUNCATED, NUMPY_SCALARS, WIDER_DTYPE, EXTRA_ENTRY, TENSOR_OBS, TENSORDICT = range(7)
 WRONG_SHAPE, NO_REWARD = 7, 8
+DONE_ENTRY = 9  # the env's own "done" (ignored: done is terminated or truncated), beside the scalars
 
 
 def actions(values: list[int]) -> TensorDict:
@@ -45,10 +46,11 @@ def dict_env_fns(num_envs: int, *, asynchronous: bool) -> list[Any]:
             EXTRA_ENTRY,
         )
         tensor_obs, tensordict, wrong_shape, no_reward = TENSOR_OBS, TENSORDICT, WRONG_SHAPE, NO_REWARD
+        done_entry = DONE_ENTRY
 
         class DictEnv(Env):
             observation_space = spaces.Box(-np.inf, np.inf, (3,), np.float32)
-            action_space = spaces.Discrete(9)
+            action_space = spaces.Discrete(10)
 
             def __init__(self) -> None:
                 self.steps = 0
@@ -78,6 +80,8 @@ def dict_env_fns(num_envs: int, *, asynchronous: bool) -> list[Any]:
                     out["observation"] = obs[:2]
                 elif a == no_reward:
                     del out["reward"]
+                elif a == done_entry:
+                    out["done"] = False
                 return out
 
         class SyncDictEnv(DictEnv):
@@ -95,7 +99,7 @@ def dict_env_fns(num_envs: int, *, asynchronous: bool) -> list[Any]:
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["plain-step", "async-step"])
 async def test_every_accepted_step_result_lands_in_the_same_layout(make_pool, asynchronous: bool) -> None:
-    cases = [PLAIN, TRUNCATED, NUMPY_SCALARS, WIDER_DTYPE, EXTRA_ENTRY, TENSOR_OBS, TENSORDICT]
+    cases = [PLAIN, TRUNCATED, NUMPY_SCALARS, WIDER_DTYPE, EXTRA_ENTRY, TENSOR_OBS, TENSORDICT, DONE_ENTRY]
     n = len(cases)
     pool = await make_pool(dict_env_fns(n, asynchronous=asynchronous), stack="lazy")
     await pool.reset()
