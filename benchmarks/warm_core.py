@@ -28,31 +28,22 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
 import torch
 import uvloop
 from aenvs.benchmarks import latency
-from gymnasium import spaces
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
-from aenvs import AsyncEnvPool, Env
+from aenvs import AsyncEnvPool
 
 LOOP_BOUND_NS = (64, 256, 1024)
-OBSERVATION = np.zeros(1, np.float32)
 
 
-class YieldingEnv(Env):
+class YieldingEnv(latency.AsyncSleepyEnv):
     """The latency benchmark's env with its sleep shortened to one yield to the loop."""
-
-    observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
-    action_space = spaces.Discrete(2)
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> TensorDictBase:
-        return TensorDict(observation=torch.zeros(1))
 
     async def step(self, td: TensorDictBase) -> dict[str, Any]:  # pyright: ignore[reportIncompatibleMethodOverride]
         await asyncio.sleep(0)
-        return {"observation": OBSERVATION, "reward": 0.0, "terminated": False}
+        return {"observation": latency.OBSERVATION, "reward": 0.0, "terminated": False}
 
 
 async def loop_bound_pool(n: int, duration: float) -> tuple[float, float, int]:
