@@ -10,7 +10,9 @@ most 16 per receive (``max_get=16``, a trainer whose policy takes batches of up 
 which re-sends the first envs of a cohort that finished together before the last are
 gathered. Beside each, in the same run, a bare reference with no pool: N asyncio tasks that only loop
 ``await asyncio.sleep(L)`` (inline), and a ``ThreadPoolExecutor(N)`` whose ``time.sleep(L)`` jobs
-are re-submitted as they complete (thread). If gymnasium is installed, its ``AsyncVectorEnv``
+are re-submitted as they complete (thread). The inline rows also run both loops over a
+reference that does the least any pool could (``TimerPool``: one timer per env started by the
+send, one TensorDict per receive): what the loop's shape itself costs on this machine. If gymnasium is installed, its ``AsyncVectorEnv``
 (lockstep ``step_async`` / ``step_wait``) on a ``time.sleep(L)`` env at N=64 is a peer row.
 
 Every row is measured for ``--duration`` seconds after a 0.5 s warm-up. Columns printed:
@@ -48,7 +50,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import tensordict
@@ -154,6 +156,85 @@ async def pool_row(executor: str, n: int, duration: float, max_get: int | None =
         await pool.async_step_recv(min_get=n)  # the steps still in flight, before closing
     system = f"aenvs {executor}" + (f", max_get={max_get}" if max_get is not None else "")
     return make_row(system, executor, n, steps, wall, cpu)
+
+
+class TimerPool:
+    """The least a pool can do in the overlapped loop, as a reference row: the send starts one
+    L-second timer per env (what the env's ``asyncio.sleep`` starts); its expiry writes the
+    env's step result into numpy rows and marks the env ready; the receive hands the ready envs
+    over as one TensorDict in the pool's layout (action, "next" and "env_index", sorted by env).
+    No env objects, tasks, checks or bookkeeping: what it loses against the ideal is the
+    loop's own shape (one receive per batch, then one re-send) on this machine's timers.
+
+    Example:
+        >>> pool = TimerPool(4)  # inside a running loop
+        >>> pool.send(TensorDict(action=torch.zeros(4, dtype=torch.int64), env_index=torch.arange(4), batch_size=[4]))
+        >>> out = await pool.recv(max_get=None)
+    """
+
+    def __init__(self, n: int) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._action = np.zeros(n, np.int64)
+        self._next = {
+            "observation": np.zeros((n, 1), np.float32),
+            "reward": np.zeros((n, 1), np.float32),
+            "terminated": np.zeros((n, 1), bool),
+            "truncated": np.zeros((n, 1), bool),
+            "done": np.zeros((n, 1), bool),
+        }
+        self._ready: list[int] = []
+        self._arrived = asyncio.Event()
+        self.in_flight = 0
+
+    def _finish(self, i: int) -> None:
+        step = {"observation": OBSERVATION, "reward": 0.0, "terminated": False}  # AsyncSleepyEnv's
+        nxt = self._next
+        nxt["observation"][i] = step["observation"]
+        nxt["reward"][i] = step["reward"]
+        nxt["terminated"][i] = nxt["done"][i] = step["terminated"]
+        nxt["truncated"][i] = False
+        self._ready.append(i)
+        self._arrived.set()
+
+    async def recv(self, max_get: int | None) -> TensorDict:
+        while not self._ready:
+            self._arrived.clear()
+            await self._arrived.wait()
+        take = len(self._ready) if max_get is None else max_get
+        ready, self._ready = sorted(self._ready[:take]), self._ready[take:]
+        self.in_flight -= len(ready)
+        rows = np.array(ready)
+        nxt = {key: torch.from_numpy(values.take(rows, 0)) for key, values in self._next.items()}
+        return TensorDict(
+            action=torch.from_numpy(self._action.take(rows)),
+            next=TensorDict(nxt, batch_size=[len(ready)]),
+            env_index=torch.from_numpy(rows),
+            batch_size=[len(ready)],
+        )
+
+    def send(self, td: TensorDictBase) -> None:
+        indices = td["env_index"].tolist()
+        self._action[indices] = cast(torch.Tensor, td["action"]).numpy()
+        self.in_flight += len(indices)
+        for i in indices:
+            self._loop.call_later(LATENCY, self._finish, i)
+
+
+async def reference_row(n: int, duration: float, max_get: int | None = None) -> Row:
+    """The overlapped loop of ``pool_row`` over a :class:`TimerPool`."""
+    pool = TimerPool(n)
+    pool.send(TensorDict(action=torch.zeros(n, dtype=torch.int64), env_index=torch.arange(n), batch_size=[n]))
+
+    async def advance() -> int:
+        out = await pool.recv(max_get)
+        pool.send(out.select("action", "env_index"))
+        return out.batch_size[0]
+
+    steps, wall, cpu = await window(advance, duration)
+    while pool.in_flight:  # no timer of this row fires in the next one
+        await pool.recv(None)
+    system = "reference: timers, no pool" + (f", max_get={max_get}" if max_get is not None else "")
+    return make_row(system, "inline", n, steps, wall, cpu)
 
 
 async def bare_tasks_row(n: int, duration: float) -> Row:
@@ -262,11 +343,13 @@ async def run(duration: float, only: set[str] | None = None) -> list[Row]:
     for executor, n, bare_row in plan:
         bare = await bare_row(n, duration)
         pools = [await pool_row(executor, n, duration)]
+        references = []
         if executor == "inline":
             pools.append(await pool_row(executor, n, duration, BOUNDED_GET))
+            references = [await reference_row(n, duration), await reference_row(n, duration, BOUNDED_GET)]
         for pool in pools:
             pool.overhead_us = pool.cpu_us_per_step - bare.cpu_us_per_step
-        rows += [*pools, bare]
+        rows += [*pools, *references, bare]
         print(f"  done: {executor} N={n}", flush=True)
     return rows
 
