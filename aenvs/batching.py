@@ -412,7 +412,7 @@ def _gather_dense(inputs: Sequence[Inputs]) -> TensorDict | None:
 
 def _numpy_view(value: torch.Tensor) -> np.ndarray | None:
     """A CPU tensor's memory as numpy, or None where numpy cannot view it."""
-    if value.device.type != "cpu" or value.requires_grad or value.dtype not in _NUMPY_DTYPES:
+    if not value.is_cpu or value.requires_grad or value.dtype not in _NUMPY_DTYPES:
         return None
     return value.numpy()
 

@@ -394,8 +394,8 @@ class AsyncEnvPool:
 
     def _targets(self, td: TensorDictBase | None, env_index: EnvIndex | None) -> list[int]:
         indices = self._indices(env_index)
-        if indices is None and td is not None and "env_index" in td.keys():
-            indices = self._indices(td.get("env_index"))
+        if indices is None and td is not None:
+            indices = self._indices(td.get("env_index", None))
         if indices is None:
             if td is not None and td.batch_size[:1] != self.batch_size:
                 raise ValueError(
