@@ -33,6 +33,7 @@ from aenvs.specs import EnvSpec, Key, Leaf
 __all__ = ["Batcher", "lazy_legacy_env_kept", "shallow_copy", "to_td_value"]
 
 Inputs = tuple[TensorDictBase, int]  # the batch an env's command came in, and its row there
+_ENV_INDEX = ("env_index",)
 
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
@@ -144,6 +145,7 @@ class Batcher:
         # several times what numpy's take does (9-13 us against 1.7 us for 50 rows here)
         self._dense_plan = (list(buffers.groups[0].reset.items()), list(buffers.groups[0].step.items()))
         self._dense_actions = [(k, self._groups[0][2][k], a) for k, a in buffers.groups[0].action.items()]
+        self._sent_actions = dict(buffers.groups[0].action.items())
 
     # -- actions in ---------------------------------------------------------------
 
@@ -271,8 +273,10 @@ class Batcher:
             td.set("env_index", env_index)
         return td
 
-    def _inputs(self, inputs: Sequence[Inputs]) -> TensorDictBase:
-        """The sent entries of a batch, whose envs may have been sent in different batches."""
+    def _inputs(self, inputs: Sequence[Inputs], env_rows: np.ndarray | None) -> TensorDictBase:
+        """The sent entries of a batch, whose envs may have been sent in different batches
+        (``env_rows``: the batch's envs as buffer rows, None for every env in order). Its
+        "env_index" may be left out: the batch sets its own."""
         first = inputs[0][0]
         single = all(td is first for td, _ in inputs)
         if single:
@@ -280,7 +284,9 @@ class Batcher:
             if rows == list(range(first.batch_size[0])):
                 return first
         if self.dense or (single and _flat_entries(first) is not None):
-            gathered = _gather_dense(inputs)
+            # a dense pool's action rows hold what each env was sent: one copy per action key
+            sent_actions = (self._sent_actions, env_rows) if self.dense else None
+            gathered = _gather_dense(inputs, sent_actions)
             if gathered is not None:
                 return gathered
         if single:
@@ -318,7 +324,7 @@ class Batcher:
         env_index: torch.Tensor,
     ) -> TensorDictBase:
         nxt = self._rows(indices, 1, [c.extras for c in completions], rows)
-        sent = self._inputs(inputs)
+        sent = self._inputs(inputs, rows)
         if self.dense:
             # a TensorDict's root entries are its _tensordict: read directly, not through items()
             root = sent._tensordict if type(sent) is TensorDict else dict(sent.items())  # pyright: ignore[reportAttributeAccessIssue]
@@ -359,18 +365,20 @@ def shallow_copy(td: TensorDictBase) -> TensorDictBase:
     return TensorDict._new_unsafe(dict(entries), batch_size=td.batch_size, device=td.device)  # pyright: ignore[reportArgumentType]
 
 
-def _gather_dense(inputs: Sequence[Inputs]) -> TensorDict | None:
+def _gather_dense(
+    inputs: Sequence[Inputs], sent_actions: tuple[Mapping[Key, np.ndarray], np.ndarray | None] | None = None
+) -> TensorDict | None:
     """Rows from several sent batches with the same tensor entries: one gather per batch and
-    key, not one TensorDict per env (the overlapped loop's case). None when entries differ."""
-    batches: dict[int, tuple[TensorDictBase, list[int], list[int]]] = {}
-    for position, (td, row) in enumerate(inputs):
-        entry = batches.get(id(td))
-        if entry is None:
-            entry = batches[id(td)] = (td, [], [])
-        entry[1].append(row)
-        entry[2].append(position)
+    key, not one TensorDict per env (the overlapped loop's case). None when entries differ.
+
+    "env_index" is left out (the batch sets its own). ``sent_actions``: the pool's action rows
+    by key and the envs' rows there (None: every env, in order); an action entry of plain CPU
+    tensors is copied from them with one ``take`` instead of gathered batch by batch (they
+    hold what each env was sent; a policy's output that requires grad or lives on a device
+    is gathered as sent)."""
+    batches = list({id(td): td for td, _ in inputs}.values())  # each sent batch once, in order
     layouts: list[Mapping[Any, Any]] = []
-    for td, _, _ in batches.values():
+    for td in batches:
         leaves = _flat_entries(td)
         if leaves is None:
             leaves = dict(td.items(include_nested=True, leaves_only=True))
@@ -380,34 +388,59 @@ def _gather_dense(inputs: Sequence[Inputs]) -> TensorDict | None:
     keys = layouts[0].keys()
     tail = inputs[0][0].batch_size[1:]  # batch dims past the envs', kept
     if any(leaves.keys() != keys for leaves in layouts[1:]) or any(
-        td.batch_size[1:] != tail for td, _, _ in batches.values()
+        td.batch_size[1:] != tail for td in batches
     ):
         return None
-    # in numpy where it can: torch's per-call overhead is most of the cost at these sizes
-    rows = [np.array(r, dtype=np.int64) for _, r, _ in batches.values()]
-    positions = [np.array(p, dtype=np.int64) for _, _, p in batches.values()]
-    order: torch.Tensor | None = None
+    action_rows, env_rows = sent_actions if sent_actions is not None else ({}, None)
+    places: tuple[list[np.ndarray], list[np.ndarray]] | None = None
     source: dict[str, Any] = {}
     for key in keys:
-        tensors = [leaves[key] for leaves in layouts]
-        arrays = [_numpy_view(t) for t in tensors]
-        if all(a is not None for a in arrays) and all(a.dtype == arrays[0].dtype for a in arrays):  # pyright: ignore[reportOptionalMemberAccess]
-            first = cast(np.ndarray, arrays[0])
-            gathered = np.empty((len(inputs), *first.shape[1:]), first.dtype)
-            for array, r, p in zip(arrays, rows, positions, strict=True):
-                gathered[p] = cast(np.ndarray, array)[r]
-            value = torch.from_numpy(gathered)
-        else:  # on a device, requiring grad, or a dtype numpy lacks
-            if order is None:
-                order = torch.from_numpy(np.argsort(np.concatenate(positions)))
-            parts = [t[torch.from_numpy(r)] for t, r in zip(tensors, rows, strict=True)]
-            value = torch.cat(parts)[order]
         path = (key,) if isinstance(key, str) else tuple(key)
+        if path == _ENV_INDEX:
+            continue
+        tensors = [leaves[key] for leaves in layouts]
+        sent = action_rows.get(path)
+        if sent is not None and all(t.is_cpu and not t.requires_grad for t in tensors):
+            value = torch.from_numpy(sent.copy() if env_rows is None else sent.take(env_rows, axis=0))
+        else:
+            places = places or _places(inputs)
+            value = _gather_leaf(tensors, *places, len(inputs))
         node = source
         for part in path[:-1]:
             node = node.setdefault(part, {})
         node[path[-1]] = value
     return TensorDict._new_unsafe(source, batch_size=torch.Size([len(inputs), *tail]))  # pyright: ignore[reportArgumentType]
+
+
+def _places(inputs: Sequence[Inputs]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per sent batch (in order of first use): the rows taken from it, and their positions."""
+    places: dict[int, tuple[list[int], list[int]]] = {}
+    for position, (td, row) in enumerate(inputs):
+        entry = places.get(id(td))
+        if entry is None:
+            entry = places[id(td)] = ([], [])
+        entry[0].append(row)
+        entry[1].append(position)
+    rows = [np.array(r, dtype=np.int64) for r, _ in places.values()]
+    return rows, [np.array(p, dtype=np.int64) for _, p in places.values()]
+
+
+def _gather_leaf(
+    tensors: Sequence[torch.Tensor], rows: Sequence[np.ndarray], positions: Sequence[np.ndarray], size: int
+) -> torch.Tensor:
+    """One entry of a gather: ``tensors[b][rows[b]]`` placed at ``positions[b]``, for each sent batch b."""
+    arrays = [_numpy_view(t) for t in tensors]
+    if all(a is not None for a in arrays) and all(a.dtype == arrays[0].dtype for a in arrays):  # pyright: ignore[reportOptionalMemberAccess]
+        # in numpy where it can: torch's per-call overhead is most of the cost at these sizes
+        first = cast(np.ndarray, arrays[0])
+        gathered = np.empty((size, *first.shape[1:]), first.dtype)
+        for array, r, p in zip(arrays, rows, positions, strict=True):
+            gathered[p] = cast(np.ndarray, array)[r]
+        return torch.from_numpy(gathered)
+    # on a device, requiring grad, or a dtype numpy lacks
+    order = torch.from_numpy(np.argsort(np.concatenate(positions)))
+    parts = [t[torch.from_numpy(r)] for t, r in zip(tensors, rows, strict=True)]
+    return torch.cat(parts)[order]
 
 
 def _numpy_view(value: torch.Tensor) -> np.ndarray | None:

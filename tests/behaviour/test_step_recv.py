@@ -88,6 +88,40 @@ async def test_recv_gathers_each_envs_own_sent_entries_across_sends(make_pool) -
     assert out["half"].dtype == torch.bfloat16 and torch.equal(out["half"], logits.to(torch.bfloat16))
 
 
+async def test_recv_across_sends_of_plain_actions_returns_each_envs_action(make_pool) -> None:
+    """The overlapped loop's case: every send holds plain actions and its "env_index" (what
+    the batcher copies from the pool's action rows); a receive spanning sends returns each
+    env's own action and its own index, and again after the envs are sent in new groups."""
+    pool = await make_pool(echo_env_fns(5))
+    await pool.reset()
+    for round_ in range(2):
+        groups = ([4, 1], [0, 3, 2]) if round_ == 0 else ([2], [0, 4], [3, 1])
+        for rows in groups:
+            await pool.async_step_send(actions([100.0 * round_ + i for i in rows], env_index=rows))
+        some = await pool.async_step_recv(env_index=[3, 0, 4])  # rows of two sends, out of order
+        rest = await pool.async_step_recv(min_get=2)
+        for out, rows in ((some, [3, 0, 4]), (rest, [1, 2])):
+            assert out["env_index"].tolist() == rows
+            assert out["action"][:, 0].tolist() == [100.0 * round_ + i for i in rows]
+            assert out["next", "observation"][:, 1].tolist() == out["action"][:, 0].tolist()
+
+
+async def test_recv_across_sends_keeps_a_policys_graph(make_pool) -> None:
+    """Actions that require grad in every send come back as sent, their graph intact."""
+    pool = await make_pool(echo_env_fns(3))
+    await pool.reset()
+    scale = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    for rows in ([2], [0, 1]):
+        td = actions([float(i) for i in rows], env_index=rows)
+        td["action"] = td["action"] * scale  # a policy's output
+        await pool.async_step_send(td)
+    out = await pool.async_step_recv(min_get=3)
+    assert out["action"].requires_grad
+    assert out["action"][:, 0].tolist() == [0.0, 2.0, 4.0]
+    out["action"].sum().backward()
+    assert scale.grad is not None and scale.grad.item() == 3.0  # 0 + 1 + 2
+
+
 async def test_recv_returns_every_ready_result_up_to_max_get(make_pool) -> None:
     pool = await make_pool(echo_env_fns(5))
     await pool.reset()
