@@ -126,3 +126,36 @@ def test_worker_counts_under_one_are_refused_naming_the_option(executor: str, op
     cls = getattr(executors, executor)
     with pytest.raises(ValueError, match=f"^{option} must be >= 1, got 0$"):
         cls(**{option: 0})
+
+
+class _ContextFactory:
+    """A factory object that takes the EnvContext, unhashable (it defines __eq__ only)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _ContextFactory)
+
+    def __call__(self, context: aenvs.EnvContext) -> str:
+        self.seen = context.env_index
+        return "CartPole-v1"
+
+
+def test_build_env_passes_the_context_to_each_kind_of_factory() -> None:
+    """Whether a factory takes the context is looked up once per factory and kept (weakly);
+    factories that cannot be kept (unhashable) are inspected each time, with the same answer."""
+    from aenvs.gym import build_env
+
+    def with_context(context: aenvs.EnvContext) -> str:
+        assert context.env_index in (0, 1)
+        return "CartPole-v1"
+
+    def without_context() -> str:
+        return "CartPole-v1"
+
+    unhashable = _ContextFactory()
+    for i in (0, 1):  # the second time from the cache where there is one
+        context = aenvs.EnvContext(i, 0, 2)
+        for factory in (with_context, without_context, unhashable):
+            env = build_env(factory, context)
+            assert env.spec is not None and env.spec.id == "CartPole-v1"
+            env.close()
+        assert unhashable.seen == i
