@@ -62,13 +62,17 @@ def to_td_value(value: Any) -> Any:
     return NonTensorData(value)
 
 
+def _put(tree: dict[str, Any], key: Key, value: Any) -> None:
+    """``tree[key[0]]...[key[-1]] = value``, making the inner dicts on the way."""
+    for part in key[:-1]:
+        tree = tree.setdefault(part, {})
+    tree[key[-1]] = value
+
+
 def _nest(extras: Mapping[Key, Any]) -> dict[str, Any]:
     nested: dict[str, Any] = {}
     for key, value in extras.items():
-        node = nested
-        for part in key[:-1]:
-            node = node.setdefault(part, {})
-        node[key[-1]] = value
+        _put(nested, key, value)
     return nested
 
 
@@ -145,7 +149,7 @@ class Batcher:
         # several times what numpy's take does (9-13 us against 1.7 us for 50 rows here)
         self._dense_plan = (list(buffers.groups[0].reset.items()), list(buffers.groups[0].step.items()))
         self._dense_actions = [(k, self._groups[0][2][k], a) for k, a in buffers.groups[0].action.items()]
-        self._sent_actions = dict(buffers.groups[0].action.items())
+        self._sent_actions = {key: array for key, _, array in self._dense_actions}  # by key, for receives
 
     # -- actions in ---------------------------------------------------------------
 
@@ -226,14 +230,7 @@ class Batcher:
         0: reset buffers, 1: step buffers)."""
         source: dict[str, Any] = {}
         for key, buf in self._dense_plan[which]:
-            value = torch.from_numpy(buf.copy() if rows is None else buf.take(rows, axis=0))
-            if len(key) == 1:
-                source[key[0]] = value
-            else:
-                node = source
-                for part in key[:-1]:
-                    node = node.setdefault(part, {})
-                node[key[-1]] = value
+            _put(source, key, torch.from_numpy(buf.copy() if rows is None else buf.take(rows, axis=0)))
         return source
 
     def _lazy_rows(self, env_indices: Sequence[int], which: int) -> TensorDictBase:
@@ -405,10 +402,7 @@ def _gather_dense(
         else:
             places = places or _places(inputs)
             value = _gather_leaf(tensors, *places, len(inputs))
-        node = source
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = value
+        _put(source, path, value)
     return TensorDict._new_unsafe(source, batch_size=torch.Size([len(inputs), *tail]))  # pyright: ignore[reportArgumentType]
 
 

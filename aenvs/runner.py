@@ -55,7 +55,6 @@ class _Slot:
     # a native env with one observation entry at its root: that entry's name and step row
     plain_name: str | None = None
     plain_row: np.ndarray | None = None
-    plain_shape: tuple[int, ...] = ()
 
     def attach(self, rows: EnvRows) -> None:
         self.rows = rows
@@ -64,7 +63,6 @@ class _Slot:
         self.terminated, self.truncated = step[_TERMINATED], step[_TRUNCATED]
         self.plain_name = getattr(self.adapter, "plain_observation", None)
         self.plain_row = None if self.plain_name is None else step[(self.plain_name,)]
-        self.plain_shape = () if self.plain_row is None else self.plain_row.shape
         self.reset_flags = (rows.reset[_DONE], rows.reset[_TERMINATED], rows.reset[_TRUNCATED])
         self.carry = tuple((view, step[key]) for key, view in rows.reset.items() if key not in _FLAGS)
 
@@ -268,7 +266,7 @@ class EnvRunner:
         else:
             return None
         value = out.get(slot.plain_name)  # pyright: ignore[reportArgumentType] - set with plain_row
-        if type(value) is not np.ndarray or value.shape != slot.plain_shape:
+        if type(value) is not np.ndarray or value.shape != view.shape:
             return None
         if "reward" not in out or "terminated" not in out:
             return None

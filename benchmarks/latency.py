@@ -8,12 +8,13 @@ repeatedly receive whatever finished (``async_step_recv(min_get=1)``) and re-sen
 once. The inline executor runs that loop twice: receiving every finished env, and at
 most 16 per receive (``max_get=16``, a trainer whose policy takes batches of up to 16),
 which re-sends the first envs of a cohort that finished together before the last are
-gathered. Beside each, in the same run, a bare reference with no pool: N asyncio tasks that only loop
-``await asyncio.sleep(L)`` (inline), and a ``ThreadPoolExecutor(N)`` whose ``time.sleep(L)`` jobs
-are re-submitted as they complete (thread). The inline rows also run both loops over a
-reference that does the least any pool could (``TimerPool``: one timer per env started by the
-send, one TensorDict per receive): what the loop's shape itself costs on this machine. If gymnasium is installed, its ``AsyncVectorEnv``
-(lockstep ``step_async`` / ``step_wait``) on a ``time.sleep(L)`` env at N=64 is a peer row.
+gathered. Beside each, in the same run, a bare reference with no pool: N asyncio tasks that
+only loop ``await asyncio.sleep(L)`` (inline), and a ``ThreadPoolExecutor(N)`` whose
+``time.sleep(L)`` jobs are re-submitted as they complete (thread). The inline rows also run
+both loops over a reference that does the least any pool could (``TimerPool``: one timer per
+env started by the send, one TensorDict per receive): what the loop's shape itself costs on
+this machine. If gymnasium is installed, its ``AsyncVectorEnv`` (lockstep ``step_async`` /
+``step_wait``) on a ``time.sleep(L)`` env at N=64 is a peer row.
 
 Every row is measured for ``--duration`` seconds after a 0.5 s warm-up. Columns printed:
 
