@@ -133,17 +133,9 @@ class TorchRLAdapter:
             td.set(env_key, value)
         out = self.env.step(td)
         nxt = out.get("next")
-        terminated = nxt.get("terminated", None)
-        if terminated is None:
-            terminated = nxt.get("done")
-        truncated = nxt.get("truncated", None)
+        terminated, truncated = _episode_end(nxt)
         self._td = step_mdp(out, keep_other=True)
-        return Outcome(
-            self._items(nxt),
-            float(nxt.get("reward")),
-            bool(terminated.any()),
-            bool(truncated.any()) if truncated is not None else False,
-        )
+        return Outcome(self._items(nxt), float(nxt.get("reward")), terminated, truncated)
 
     def seed(self, seed: int | None) -> None:
         self.env.set_seed(seed)
@@ -156,6 +148,19 @@ class TorchRLAdapter:
 
     def close(self) -> None:
         self.env.close()
+
+
+def _episode_end(nxt: TensorDictBase) -> tuple[bool, bool]:
+    """``(terminated, truncated)`` of a TorchRL step's ``"next"``, by TorchRL's rule: the
+    episode ends when any of ``"done"``, ``"terminated"``, ``"truncated"`` is set.
+
+    A ``"done"`` that neither flag explains (an env whose done spec has only ``"done"``, or
+    ``StepCounter(truncated_key="done")``) counts as terminated, as TorchRL fills a missing
+    ``"terminated"`` from ``"done"`` (``EnvBase._complete_done``).
+    """
+    flags = [nxt.get(key, None) for key in ("done", "terminated", "truncated")]
+    done, terminated, truncated = (bool(flag.any()) if flag is not None else False for flag in flags)
+    return terminated or (done and not truncated), truncated
 
 
 def _as_key(key: str | tuple[str, ...]) -> Key:
@@ -178,7 +183,8 @@ class AenvsWrapper(EnvBase):
     Its specs come from the envs' gymnasium spaces (which every env must share), batched
     like the env (``batch_size [num_envs]``); ``Discrete`` actions are categorical (int64
     indices, as aenvs takes them). Each ``step`` / ``reset`` is one call of the batched env,
-    partial resets (``"_reset"``) included; ``"env_index"`` is left out of the outputs.
+    partial steps (``"_step"``: the envs left out keep their input values) and partial resets
+    (``"_reset"``) included; ``"env_index"`` is left out of the outputs.
     Closing the wrapper closes the batched env.
 
     Args:
@@ -222,7 +228,13 @@ class AenvsWrapper(EnvBase):
         return out.select(*self._reset_keys)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        out = self._env.step(tensordict.select(*self._action_keys, "_step", strict=False))
+        if "_step" in tensordict.keys():
+            # a partial step: the envs left out keep their input values (observations, done
+            # flags), so the batched env needs them as well as the actions
+            keys = [*self._action_keys, *self._step_keys, "_step"]
+        else:
+            keys = self._action_keys
+        out = self._env.step(tensordict.select(*keys, strict=False))
         return out.get("next").select(*self._step_keys)
 
     def _set_seed(self, seed: int | None) -> None:
