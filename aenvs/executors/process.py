@@ -173,6 +173,9 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
                 worker.pid = fork_worker(
                     self._recipe_of(worker), worker.index, len(self._recipe[0]), theirs.fileno()
                 )
+            except BaseException:
+                ours.close()
+                raise
             finally:
                 theirs.close()
             worker.conn = Connection(ours.detach())

@@ -49,6 +49,7 @@ class WorkerGroupExecutor(Executor, Generic[W]):
         self._worker_of: list[W] = []  # by env index
         self._specs: list[EnvSpec] = []
         self._recipe: tuple[Sequence[EnvFn], Sequence[int | None], Mapping[int, Any]] = ((), (), {})
+        self._pickled: dict[int, bytes] = {}  # by worker index: recipes pickled for a first start
         self._closing = False
 
     # -- hooks --------------------------------------------------------------------------
@@ -75,15 +76,48 @@ class WorkerGroupExecutor(Executor, Generic[W]):
     # -- shared -------------------------------------------------------------------------
 
     def _place(self, workers: list[W]) -> None:
+        """Host the envs on ``workers`` (not started yet), after pickling each worker's recipe:
+        an env that cannot be pickled fails here, before any worker starts."""
+        self._pickled = {w.index: self._pickle_recipe(w.env_indices) for w in workers}
         self._workers = workers
         self._worker_of = [w for w in workers for _ in w.env_indices]
 
     def _recipe_of(self, worker: W) -> bytes:
         """The factories, seeds and make kwargs of ``worker``'s envs, pickled for it."""
+        pickled = self._pickled.pop(worker.index, None)  # pickled by _place (a first start)
+        return pickled if pickled is not None else self._pickle_recipe(worker.env_indices)
+
+    def _pickle_recipe(self, ids: Sequence[int]) -> bytes:
+        """The recipe of envs ``ids``, pickled in one piece (a factory shared by the envs is
+        pickled once); a ``TypeError`` naming the first env that cannot be pickled, and what."""
         env_fns, seeds, make_kwargs = self._recipe
-        ids = worker.env_indices
-        return cloudpickle.dumps(
-            ({i: env_fns[i] for i in ids}, {i: seeds[i] for i in ids}, {i: make_kwargs.get(i) for i in ids})
+        recipe = (
+            {i: env_fns[i] for i in ids},
+            {i: seeds[i] for i in ids},
+            {i: make_kwargs.get(i) for i in ids},
+        )
+        try:
+            return cloudpickle.dumps(recipe)
+        except Exception as exc:
+            for i in ids:
+                parts = [(f"factory {_short_repr(env_fns[i])}", env_fns[i])]
+                parts += [
+                    (f"make_kwargs entry {k!r} ({_short_repr(v)})", v)
+                    for k, v in (make_kwargs.get(i) or {}).items()
+                ]
+                for what, value in parts:
+                    try:
+                        cloudpickle.dumps(value)
+                    except Exception as reason:
+                        raise self._unpicklable(i, what, reason) from reason
+            raise self._unpicklable(ids[0], f"recipe of envs {list(ids)}", exc) from exc
+
+    def _unpicklable(self, env_index: int, what: str, reason: Exception) -> TypeError:
+        return TypeError(
+            f"env {env_index} cannot be sent to a worker of the {self.name} executor: its {what} "
+            f"cannot be pickled ({type(reason).__name__}: {reason}). The {self.name} executor "
+            f"pickles env factories (with cloudpickle): create what cannot be pickled (locks, "
+            f"sockets, open files, clients) inside the factory rather than capturing it"
         )
 
     def _workers_of(self, env_indices: Sequence[int]) -> list[W]:
@@ -153,3 +187,8 @@ class WorkerGroupExecutor(Executor, Generic[W]):
                 raise ValueError(f"env {i} was rebuilt with a different layout: {difference}")
         self._restarted(fresh)
         return [i for w in fresh for i in w.env_indices]
+
+
+def _short_repr(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
