@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 import uuid
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -102,9 +104,72 @@ class RichSpacesEnv(gym.Env):
         return self._obs(), float(action["move"].sum()), self.t >= 5, False, info
 
 
+SHM_PREFIX = "aenvs"  # the name of aenvs's memfds, and of anything it would ever put in /dev/shm
+
+
 def shm_entries() -> set[str]:
-    """What is in /dev/shm now (aenvs never puts anything there)."""
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    """The entries of /dev/shm that could be aenvs's: those named ``aenvs*``.
+
+    aenvs puts nothing there (its shared memory is one anonymous memfd per pool, named
+    ``aenvs``); what other programs keep there (multiprocessing's ``sem.mp-*``, ...) is none
+    of a test's business. To check what a pool's own processes held, see :func:`shared_memory_of`.
+    """
+    if not os.path.isdir("/dev/shm"):
+        return set()
+    return {name for name in os.listdir("/dev/shm") if name.startswith(SHM_PREFIX)}
+
+
+class SharedMemory(NamedTuple):
+    """A shared-memory file a process holds: ``path`` is ``/dev/shm/<name>``, or
+    ``/memfd:<name>`` for a memfd; ``deleted`` when it has no name any more (a memfd never
+    has one), so that it goes with the last process holding it."""
+
+    path: str
+    inode: int
+    deleted: bool
+
+
+_DELETED = " (deleted)"
+
+
+def _shared(target: str, inode: int) -> SharedMemory | None:
+    if not target.startswith(("/dev/shm/", "/memfd:")):
+        return None
+    deleted = target.endswith(_DELETED)
+    return SharedMemory(target.removesuffix(_DELETED), inode, deleted or target.startswith("/memfd:"))
+
+
+def shared_memory_of(pids: Iterable[int]) -> set[SharedMemory]:
+    """The shared memory that the processes ``pids`` hold now, mapped or open (read from
+    their ``/proc/<pid>/maps`` and ``/proc/<pid>/fd``): files in /dev/shm and memfds. The
+    processes of ``pids`` that are gone hold nothing."""
+    held: set[SharedMemory] = set()
+    for pid in pids:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            with open(f"/proc/{pid}/maps") as maps:
+                for line in maps:
+                    fields = line.rstrip("\n").split(maxsplit=5)
+                    if len(fields) == 6 and (found := _shared(fields[5], int(fields[4]))):
+                        held.add(found)
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):  # closed meanwhile
+                    link = f"/proc/{pid}/fd/{fd}"
+                    if found := _shared(os.readlink(link), os.stat(link).st_ino):
+                        held.add(found)
+    return held
+
+
+def left_in_dev_shm(held: Iterable[SharedMemory]) -> list[str]:
+    """The files of ``held`` still in /dev/shm under their name (same inode): what the
+    processes that held them left behind, once they are gone."""
+    left = []
+    for entry in held:
+        if entry.deleted:
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(entry.path).st_ino == entry.inode:
+                left.append(entry.path)
+    return sorted(left)
 
 
 def assert_gone(pids: list[int], timeout: float = 5.0) -> None:

@@ -1,11 +1,14 @@
 """The pool's process ends, one way or another, and nothing of ours outlives it (I4, I5).
 
 Each scenario runs a script in a fresh interpreter, with one env hung in a step (the
-worst case for cleanup: that worker never reads another message).
+worst case for cleanup: that worker never reads another message). "Ours" is what the
+script's own processes held: its workers, and the shared memory that it and they had
+mapped or open (never the whole of /dev/shm, where other programs come and go).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,24 +17,27 @@ import textwrap
 import pytest
 
 from tests.faults.support import WAIT, applies_to
-from tests.helpers import assert_gone, shm_entries
+from tests.helpers import SHM_PREFIX, SharedMemory, assert_gone, left_in_dev_shm, shm_entries
 from tests.ray_session import LOCAL_RAY
 
 pytestmark = pytest.mark.slow  # a fresh interpreter per scenario
 
 PREAMBLE = """
-import asyncio, os, sys, uvloop
+import asyncio, json, os, sys, uvloop
 from aenvs import AsyncEnvPool
 from aenvs.testing import Fault, faulty_env_fns
 from tests.faults.support import echo_actions
+from tests.helpers import shared_memory_of
 
 def hung_pool(executor, release):
     faults = {{1: Fault("hang", at=1, release=release)}}
     fns = faulty_env_fns(2, faults, asynchronous=executor == "inline")
     return AsyncEnvPool(fns, executor=executor, envs_per_worker=1)
 
-def worker_pids(pool):
-    return getattr(pool.executor, "pids", [])
+def report(pool):  # one line: the workers' pids, and the shared memory this process and they hold
+    pids = getattr(pool.executor, "pids", [])
+    held = sorted(shared_memory_of([os.getpid(), *pids]))
+    print(json.dumps({{"pids": pids, "held": held}}), flush=True)
 
 run = asyncio.run if {loop!r} == "asyncio" else uvloop.run
 """
@@ -39,6 +45,21 @@ run = asyncio.run if {loop!r} == "asyncio" else uvloop.run
 
 def _python(body: str, loop: str) -> list[str]:
     return [sys.executable, "-c", textwrap.dedent(PREAMBLE.format(loop=loop)) + textwrap.dedent(body)]
+
+
+def _read_report(line: str, executor: str) -> tuple[list[int], list[SharedMemory]]:
+    report = json.loads(line)
+    held = [SharedMemory(*entry) for entry in report["held"]]
+    if executor == "process":  # what is checked below is there to see: the pool's arena
+        assert any(entry.path == f"/memfd:{SHM_PREFIX}" for entry in held), held
+    return report["pids"], held
+
+
+def _assert_nothing_left(pids: list[int], held: list[SharedMemory]) -> None:
+    """The workers are gone, and so is every shared-memory file they or the pool's process held
+    (memfds go with the last process holding them; a named file in /dev/shm would stay)."""
+    assert_gone(pids, timeout=WAIT)
+    assert left_in_dev_shm(held) == []
 
 
 def _env(executor: str) -> dict[str, str]:
@@ -59,7 +80,7 @@ def test_dropped_pool_does_not_hang_interpreter_exit(executor: str, loop: str, t
         await pool.reset()
         await pool.async_step_send(echo_actions(2))   # env 1 hangs for good
         await pool.async_step_recv(env_index=[0])
-        print(*worker_pids(pool), flush=True)
+        report(pool)
         return pool                                   # dropped, never closed
     keep = run(main())
     """
@@ -67,7 +88,7 @@ def test_dropped_pool_does_not_hang_interpreter_exit(executor: str, loop: str, t
         _python(body, loop), capture_output=True, text=True, timeout=WAIT * 2, env=_env(executor)
     )
     assert result.returncode == 0, result.stderr
-    assert_gone([int(p) for p in result.stdout.split()], timeout=WAIT)
+    _assert_nothing_left(*_read_report(result.stdout, executor))
     assert shm_entries() <= before
 
 
@@ -81,16 +102,16 @@ def test_killed_parent_leaves_no_worker_and_no_shared_memory(executor: str, loop
             await pool.reset()
             await pool.async_step_send(echo_actions(2))
             await pool.async_step_recv(env_index=[0])
-            print(*worker_pids(pool), flush=True)
+            report(pool)
             await asyncio.Event().wait()              # killed here, env 1 still hung
     run(main())
     """
     with subprocess.Popen(_python(body, loop), stdout=subprocess.PIPE, text=True, env=_env(executor)) as proc:
         assert proc.stdout is not None
-        pids = [int(p) for p in proc.stdout.readline().split()]
+        pids, held = _read_report(proc.stdout.readline(), executor)
         proc.kill()
         proc.wait(timeout=WAIT)
     if executor == "process":
         assert len(pids) == 2
-    assert_gone(pids, timeout=WAIT)
+    _assert_nothing_left(pids, held)
     assert shm_entries() <= before
