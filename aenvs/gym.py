@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from aenvs.env import Env, EnvContext
+from aenvs.scalars import reward_value
 from aenvs.specs import EnvSpec, Key, action_reader, flatten_value, observation_root
 
 __all__ = ["EnvFn", "GymAdapter", "Outcome", "build_env", "make_adapter"]
@@ -112,7 +113,7 @@ class GymAdapter:
             self._read_action = action_reader(self._action_space, actions)
             self._actions = actions
         obs, reward, terminated, truncated, info = self.env.step(self._read_action(row))
-        return Outcome(self._items(obs), float(reward), bool(terminated), bool(truncated), info)
+        return Outcome(self._items(obs), reward_value(reward), bool(terminated), bool(truncated), info)
 
     def seed(self, seed: int | None) -> None:
         self.env.reset(seed=seed)

@@ -36,6 +36,8 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 import anyio.from_thread
 
+from aenvs.cancellation import clear_interrupt, request_interrupt
+
 try:
     import uvloop
 except ImportError:  # pragma: no cover - uvloop is a dependency where it installs
@@ -132,7 +134,9 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
     if call.interrupted:  # a second Ctrl-C: do not wait for the next await
         raise KeyboardInterrupt
     call.interrupted = True
-    if call.task is not None and not call.task.done():
+    if call.task is None:  # the first step, outside the loop: the pool yields at its next await
+        request_interrupt()
+    elif not call.task.done():
         call.task.cancel()
         call.loop.call_soon_threadsafe(_noop)  # wake the loop if it waits in select()
 
@@ -202,6 +206,7 @@ class PrivateLoop(LoopDriver):
         finally:
             if call is not None:
                 _current = outer
+                clear_interrupt()
         if call is not None and call.interrupted:  # Ctrl-C arrived once the coroutine had finished
             raise KeyboardInterrupt
         return result
@@ -215,8 +220,14 @@ class PrivateLoop(LoopDriver):
         asyncio._set_running_loop(loop)
         try:
             awaited = coro.send(None)
+            if call is not None and call.interrupted:  # Ctrl-C during that step: cancel it where it waits
+                awaited = coro.throw(asyncio.CancelledError())
         except StopIteration as stop:
             return stop.value
+        except asyncio.CancelledError:
+            if call is not None and call.interrupted:
+                raise KeyboardInterrupt from None
+            raise
         finally:
             asyncio._set_running_loop(None)
         task = loop.create_task(_carry_on(coro, awaited))

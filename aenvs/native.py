@@ -19,6 +19,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from aenvs.env import Env
 from aenvs.gym import Outcome
+from aenvs.scalars import reward_value
 from aenvs.specs import EnvSpec, Key
 
 __all__ = ["NativeAdapter"]
@@ -88,7 +89,7 @@ class NativeAdapter:
         if "reward" not in keys or "terminated" not in keys:
             raise KeyError("a native env's step must return 'reward' and 'terminated'")
         truncated = bool(out["truncated"]) if "truncated" in keys else False
-        return Outcome(items, float(out["reward"]), bool(out["terminated"]), truncated, None)
+        return Outcome(items, reward_value(out["reward"]), bool(out["terminated"]), truncated, None)
 
     # reset and step return an Outcome, or the env's awaitable whose result goes through
     # outcome() once awaited (the runner does that: one coroutine less per step)

@@ -17,7 +17,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Self
 
 import numpy as np
@@ -26,11 +26,13 @@ from tensordict import TensorDictBase, lazy_stack, maybe_dense_stack
 
 from aenvs import masks
 from aenvs.batching import Batcher, Inputs, lazy_legacy_env_kept, shallow_copy
+from aenvs.cancellation import cancellation_requested
 from aenvs.commands import TRANSITIONS, Command, CommandKind, Completion, RemoteError
 from aenvs.env import EnvState
 from aenvs.errors import EnvBusyError, EnvError, PoolClosedError
 from aenvs.executors import Executor, make_executor
 from aenvs.gym import EnvFn
+from aenvs.indices import read_env_index
 from aenvs.layout import step_mdp
 from aenvs.seeding import seed_chain
 from aenvs.specs import EnvSpec
@@ -42,6 +44,7 @@ EnvIndex = int | Sequence[int] | torch.Tensor
 
 _STEP, _RESET, _SMR = CommandKind.STEP, CommandKind.RESET, CommandKind.STEP_AND_RESET
 _RUN, _DONE = EnvState.RUN, EnvState.DONE
+_TD_ENV_INDEX = "the input's 'env_index' entry"
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class PoolStats:
         restarts: times each env was rebuilt (``on_error="restart"``).
         timeouts: commands per env that outlived ``step_timeout`` / ``reset_timeout``.
         abandoned_threads: threads given up on in a stuck env (thread executor), still running.
+        receiving: receives waiting for results now (several when tasks receive concurrently).
+        in_flight_envs: the envs whose command has not been answered yet, by index.
     """
 
     steps: list[int]
@@ -72,6 +77,17 @@ class PoolStats:
     restarts: list[int]
     timeouts: list[int]
     abandoned_threads: int
+    receiving: int = 0
+    in_flight_envs: list[int] = field(default_factory=list)
+
+
+@dataclass(eq=False, slots=True)
+class _Receive:
+    """A receive waiting for results: of ``kind``, from ``wanted`` envs (None: any), at least ``min_get``."""
+
+    kind: CommandKind
+    wanted: list[int] | None
+    min_get: int
 
 
 def _normalize_env_fns(env_fns: EnvFn | Sequence[EnvFn], num_envs: int | None) -> list[EnvFn]:
@@ -191,6 +207,7 @@ class AsyncEnvPool:
             self._first_seeds = list(seed_chain(seed, n)[0])
         self._started = False
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the pool started on, its own
         self._specs: list[EnvSpec] = []
         self._batcher: Batcher | None = None
         self._states = [EnvState.VOID] * n
@@ -219,6 +236,9 @@ class AsyncEnvPool:
         self._broken: set[int] = set()  # past max_restarts: sends fail at once
         self._restarter: asyncio.Task[None] | None = None
         self._restarted = asyncio.Event()  # set whenever the restarter has nothing left to do
+        # receives waiting for results, and the envs those naming env_index hold for themselves
+        self._receives: list[_Receive] = []
+        self._reserved: dict[int, _Receive] = {}
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -251,6 +271,7 @@ class AsyncEnvPool:
                 raise
             self._specs = specs
             self._states = [EnvState.INIT] * self.num_envs
+            self._loop = asyncio.get_running_loop()
             self._started = True
             self._started_at = time.perf_counter()
         return self
@@ -270,10 +291,20 @@ class AsyncEnvPool:
         return True
 
     async def aclose(self) -> None:
-        """Stop every worker the pool started and free what it holds. Idempotent."""
+        """Stop every worker the pool started and free what it holds. Idempotent.
+
+        From an event loop other than the pool's own (which may be gone), the workers are
+        killed at once instead: the pool's tasks and futures live on its own loop.
+        """
         if self._closed and not self._started:
             return
         self._closed = True
+        if self._started and asyncio.get_running_loop() is not self._loop:
+            self._started = False
+            self._restarter = None
+            self._executor.kill()
+            self._states = [EnvState.VOID] * self.num_envs
+            return
         self._executor.wake()
         restarter, self._restarter = self._restarter, None
         if restarter is not None:
@@ -357,6 +388,8 @@ class AsyncEnvPool:
             restarts=list(self._restarts),
             timeouts=list(self._timeout_counts),
             abandoned_threads=getattr(self._executor, "abandoned_threads", 0),
+            receiving=len(self._receives),
+            in_flight_envs=[i for i, kind in enumerate(self._pending) if kind is not None],
         )
 
     # -- checks ----------------------------------------------------------------------
@@ -367,35 +400,44 @@ class AsyncEnvPool:
         if not self._started:
             raise RuntimeError("the pool is not started: use `async with pool:` or `await pool.start()`")
 
+    def _check_loop(self) -> None:
+        """Refuse a coroutine of the pool run on an event loop other than the one it started on."""
+        running = asyncio.get_running_loop()
+        if running is not self._loop and self._started:
+            raise RuntimeError(
+                f"this pool was started on another event loop ({self._loop!r}, now "
+                f"{'closed' if self._loop is not None and self._loop.is_closed() else 'not this one'}) "
+                f"than the one running this call ({running!r}): a pool belongs to the loop it started "
+                "on, where its executor delivers results. Use it from that loop, or build one pool per "
+                "loop (synchronous code: aenvs.SerialEnv / ParallelEnv keep one loop for you)"
+            )
+
     def _batcher_or_raise(self) -> Batcher:
         self._check_open()
         assert self._batcher is not None
         return self._batcher
 
-    def _indices(self, env_index: EnvIndex | None) -> list[int] | None:
+    def _indices(self, env_index: EnvIndex | None, name: str = "env_index") -> list[int] | None:
         if env_index is None:
             return None
-        if isinstance(env_index, torch.Tensor):
-            indices = env_index.tolist() if env_index.dim() == 1 else env_index.reshape(-1).tolist()
-        elif isinstance(env_index, int):
-            indices = [env_index]
-        else:
-            indices = [int(i) for i in env_index]
+        indices = read_env_index(env_index, self.num_envs, name)
         if indices == self._all_envs:
             return self._all_envs  # shared, never mutated
+        if not indices:
+            raise ValueError(f"{name} is empty: it names no env (a call needs at least one)")
         if indices and (min(indices) < 0 or max(indices) >= self.num_envs):
             bad = next(i for i in indices if not 0 <= i < self.num_envs)
-            raise IndexError(f"env index {bad} is out of range for a pool of {self.num_envs} envs")
+            raise IndexError(f"{name}: env index {bad} is out of range for a pool of {self.num_envs} envs")
         if len(set(indices)) != len(indices):
             seen: set[int] = set()
             bad = next(i for i in indices if i in seen or seen.add(i))
-            raise ValueError(f"env index {bad} appears more than once")
+            raise ValueError(f"{name}: env index {bad} appears more than once")
         return indices
 
     def _targets(self, td: TensorDictBase | None, env_index: EnvIndex | None) -> list[int]:
         indices = self._indices(env_index)
         if indices is None and td is not None:
-            indices = self._indices(td.get("env_index", None))
+            indices = self._indices(td.get("env_index", None), _TD_ENV_INDEX)
         if indices is None:
             if td is not None and td.batch_size[:1] != self.batch_size:
                 raise ValueError(
@@ -459,6 +501,7 @@ class AsyncEnvPool:
 
     def _send_actions(self, kind: CommandKind, td: TensorDictBase, env_index: EnvIndex | None) -> list[int]:
         batcher = self._batcher_or_raise()
+        self._check_loop()
         if not isinstance(td, TensorDictBase):
             raise TypeError(f"expected a TensorDict of actions, got {type(td).__name__}")
         indices = self._targets(td, env_index)
@@ -518,6 +561,7 @@ class AsyncEnvPool:
         options: Mapping[str, Any] | None,
     ) -> list[int]:
         self._batcher_or_raise()
+        self._check_loop()
         indices = self._targets(td, env_index)
         if seed is None:
             seeds = [self._first_seeds[i] for i in indices]
@@ -666,7 +710,7 @@ class AsyncEnvPool:
         """
         indices = self._indices(env_index)
         if indices is None and td is not None and "env_index" in td.keys():
-            indices = self._indices(td.get("env_index"))
+            indices = self._indices(td.get("env_index"), _TD_ENV_INDEX)
         if indices is None:
             indices = self._all_envs
         while self._restarter is not None and not self._restarting.isdisjoint(indices):
@@ -701,6 +745,90 @@ class AsyncEnvPool:
         assert c.error is not None
         raise c.error.to_exception(i, c.kind.value, self._executor.name)
 
+    def _consume(self, kind: CommandKind, picked: list[Completion]) -> None:
+        ready = self._ready
+        for c in picked:
+            del ready[c.env_index]
+        self._outstanding[kind] -= len(picked)
+
+    # -- concurrent receives ---------------------------------------------------------
+    #
+    # Receives that wait at the same time are served fairly: a receive naming env_index
+    # holds those envs for itself, and one for any env holds a claim on min_get of the
+    # results not held by others. A receive that could only be satisfied by taking what
+    # another waiting receive holds or claims is refused at once (ValueError), and every
+    # receive takes only what leaves the others' claims whole; so none waits forever.
+    # With no receive waiting (the usual case), none of this runs.
+
+    def _claimed(self, kind: CommandKind, me: _Receive | None) -> int:
+        """Results of ``kind`` claimed by waiting receives for any env, other than ``me``."""
+        return sum(r.min_get for r in self._receives if r is not me and r.wanted is None and r.kind is kind)
+
+    def _unheld(self, kind: CommandKind) -> int:
+        """Results of ``kind`` in flight or ready that no waiting receive holds by env index."""
+        reserved = self._reserved
+        return self._outstanding[kind] - sum(1 for r in reserved.values() if r.kind is kind)
+
+    def _check_beside_others(self, kind: CommandKind, wanted: list[int] | None, min_get: int) -> None:
+        """Refuse a receive that other waiting receives leave no way to satisfy, or that
+        would take what they hold or claim."""
+        for i in wanted or ():
+            if i in self._reserved:
+                raise ValueError(f"env {i}'s {kind.value} result is awaited by another receive already")
+        unheld, claimed = self._unheld(kind), self._claimed(kind, None)
+        if wanted is not None and unheld - len(wanted) < claimed:
+            raise ValueError(
+                f"receiving env_index={wanted} would take {kind.value} results that other waiting "
+                f"receives claim ({claimed} of the {unheld} not held by env index); it would leave "
+                "them waiting forever"
+            )
+        if wanted is None and unheld - claimed < min_get:
+            raise ValueError(
+                f"min_get={min_get} but only {max(unheld - claimed, 0)} {kind.value} result(s) in flight "
+                f"or ready are not held or claimed by other waiting receives ({unheld - claimed} of "
+                f"{self._outstanding[kind]}); this would wait forever"
+            )
+
+    def _take_beside_others(
+        self, receive: _Receive | None, kind: CommandKind, max_get: int | None
+    ) -> list[Completion]:
+        """:meth:`_take` for any env while other receives wait: leaves what they hold and claim."""
+        limit = self._unheld(kind) - self._claimed(kind, receive)
+        if max_get is not None:
+            limit = min(limit, max_get)
+        picked: list[Completion] = []
+        if limit <= 0:
+            return picked
+        reserved = self._reserved
+        for i, c in self._ready.items():
+            if c.kind is kind and i not in reserved:
+                if c.error is not None:
+                    self._raise(i)
+                picked.append(c)
+                if len(picked) >= limit:
+                    break
+        return picked
+
+    def _still_possible(self, receive: _Receive) -> None:
+        """Raise if ``receive`` can no longer get its results (some were dropped meanwhile)."""
+        kind, wanted = receive.kind, receive.wanted
+        if wanted is None:
+            available = self._unheld(kind) - self._claimed(kind, receive)
+        else:
+            pending, ready = self._pending, self._ready
+            available = sum(1 for i in wanted if pending[i] is kind or (i in ready and ready[i].kind is kind))
+        if available < receive.min_get:
+            raise ValueError(
+                f"this receive waited for {receive.min_get} {kind.value} result(s), but only {available} "
+                "can still come to it (the others were dropped: an abandoned whole-batch call's); it "
+                "would wait forever"
+            )
+
+    def _wake_receives(self) -> None:
+        """Results were dropped: let waiting receives check that they can still be satisfied."""
+        if self._receives:
+            self._executor.wake()
+
     async def _recv(
         self,
         kind: CommandKind,
@@ -710,7 +838,10 @@ class AsyncEnvPool:
         timeout: float | None,
     ) -> list[Completion]:
         self._check_open()
-        wanted = self._indices(env_index)
+        self._check_loop()
+        if cancellation_requested():  # a call that never suspends still honours a cancel, here
+            await asyncio.sleep(0)
+        wanted = self._indices(env_index, "env_index")
         if wanted is not None:
             for i in wanted:
                 if self._pending[i] is not kind and not (i in self._ready and self._ready[i].kind is kind):
@@ -727,34 +858,56 @@ class AsyncEnvPool:
                 f"min_get={min_get} but only {available} {kind.value} result(s) are in flight or ready; "
                 "this would wait forever"
             )
+        shared = wanted is None and bool(self._receives)  # others wait: take only what is not theirs
+        if self._receives:
+            self._check_beside_others(kind, wanted, min_get)
         self._drain()
-        picked = self._take(kind, wanted, max_get)
+        picked = (
+            self._take_beside_others(None, kind, max_get) if shared else self._take(kind, wanted, max_get)
+        )
         if len(picked) < min_get:
             self._executor.flush()  # about to wait: what the executor left for later can run now
             self._drain()
-            picked = self._take(kind, wanted, max_get)
+            picked = (
+                self._take_beside_others(None, kind, max_get) if shared else self._take(kind, wanted, max_get)
+            )
         if len(picked) < min_get:
-            waiting = self._wait_for(kind, wanted, min_get, max_get)
+            waiting = self._wait_for(_Receive(kind, wanted, min_get), max_get)
             # wait_for, not asyncio.timeout: the sync shim runs a call's first step outside a task
             picked = await (waiting if timeout is None else asyncio.wait_for(waiting, timeout))
+        else:
+            self._consume(kind, picked)
         if wanted is None:
             picked.sort(key=lambda c: c.env_index)
-        for c in picked:
-            del self._ready[c.env_index]
-        self._outstanding[kind] -= len(picked)
         return picked
 
-    async def _wait_for(
-        self, kind: CommandKind, wanted: list[int] | None, min_get: int, max_get: int | None
-    ) -> list[Completion]:
-        while True:
-            await self._executor.wait_ready()
-            if self._closed:
-                raise PoolClosedError("the pool was closed while waiting")
-            self._drain()
-            picked = self._take(kind, wanted, max_get)
-            if len(picked) >= min_get:
-                return picked
+    async def _wait_for(self, receive: _Receive, max_get: int | None) -> list[Completion]:
+        """Wait until ``receive`` can take its results, and take them (consumed before returning,
+        so that no other receive can pick them while this one's caller resumes)."""
+        kind, wanted, min_get = receive.kind, receive.wanted, receive.min_get
+        self._receives.append(receive)
+        if wanted is not None:
+            for i in wanted:
+                self._reserved[i] = receive
+        try:
+            while True:
+                await self._executor.wait_ready()
+                if self._closed:
+                    raise PoolClosedError("the pool was closed while waiting")
+                self._drain()
+                self._still_possible(receive)
+                if wanted is None and len(self._receives) > 1:
+                    picked = self._take_beside_others(receive, kind, max_get)
+                else:
+                    picked = self._take(kind, wanted, max_get)
+                if len(picked) >= min_get:
+                    self._consume(kind, picked)
+                    return picked
+        finally:
+            self._receives.remove(receive)
+            if wanted is not None:
+                for i in wanted:
+                    del self._reserved[i]
 
     def _pop_inputs(self, picked: list[Completion]) -> list[Inputs]:
         inputs, rows = self._inputs, self._input_rows
@@ -1038,6 +1191,7 @@ class AsyncEnvPool:
                 self._outstanding[kind] -= 1
                 self._inputs[i] = None
                 del abandoned[i]
+                self._wake_receives()
         return bool(abandoned)
 
     async def _settle_abandoned(self) -> None:
@@ -1070,7 +1224,8 @@ class AsyncEnvPool:
         self._check_open()
         indices = self._all_envs
         if td is not None and "env_index" in td.keys():
-            indices = self._indices(td.get("env_index")) or []
+            env_index = td.get("env_index")
+            indices = self._indices(env_index, _TD_ENV_INDEX) or [] if env_index.numel() else []
         actions = random_actions(
             [self._specs[i].action_space for i in indices], dense=self.is_dense, generator=generator
         )
@@ -1189,11 +1344,14 @@ class AsyncEnvPool:
 
     async def _ask(self, command: Command) -> list[Any]:
         self._check_open()
+        self._check_loop()
         self._dispatch(command)
         return await self._collect(command.env_indices, command.label())
 
     async def _collect(self, indices: list[int], label: str) -> list[Any]:
         """Wait for the answers of a call-like command to ``indices``; raise the first error."""
+        if cancellation_requested():
+            await asyncio.sleep(0)
         self._executor.flush()
         while not all(i in self._answers for i in indices):
             self._drain()

@@ -21,9 +21,10 @@ from aenvs.commands import Command, CommandKind, Completion, RemoteError
 from aenvs.env import EnvContext
 from aenvs.errors import EnvError
 from aenvs.gym import EnvFn, Outcome, build_env, make_adapter
+from aenvs.scalars import reward_value
 from aenvs.specs import EnvSpec, Key
 
-__all__ = ["EnvRunner", "drive"]
+__all__ = ["EnvRunner", "answers", "drive"]
 
 T = TypeVar("T")
 _REWARD, _DONE, _TERMINATED, _TRUNCATED = ("reward",), ("done",), ("terminated",), ("truncated",)
@@ -138,7 +139,10 @@ class EnvRunner:
         return [drive(self.execute_one(i, command)) for i in command.env_indices]
 
     async def execute_async(self, command: Command) -> list[Completion]:
-        return list(await asyncio.gather(*(self.execute_one(i, command) for i in command.env_indices)))
+        results = await asyncio.gather(
+            *(self.execute_one(i, command) for i in command.env_indices), return_exceptions=True
+        )
+        return answers(command, results)
 
     async def execute_one(self, i: int, command: Command) -> Completion:
         """Run ``command`` on env ``i``; never raises for the env's own failures."""
@@ -196,6 +200,13 @@ class EnvRunner:
                 raise AssertionError(kind)
             return Completion(i, kind, value=value)
         except Exception as exc:
+            return Completion(i, kind, error=RemoteError.capture(exc))
+        except (KeyboardInterrupt, SystemExit, GeneratorExit) as exc:
+            # raised by the env itself: its error, like any other (a worker must not die of it,
+            # nor the caller's task be cancelled). An async env's coroutine being closed also
+            # raises GeneratorExit at its await: that one is not the env's and goes on.
+            if type(exc) is GeneratorExit and adapter.is_async:
+                raise
             return Completion(i, kind, error=RemoteError.capture(exc))
 
     async def rebuild(self, i: int) -> None:
@@ -270,7 +281,7 @@ class EnvRunner:
             return None
         if "reward" not in out or "terminated" not in out:
             return None
-        reward, terminated = float(out["reward"]), bool(out["terminated"])
+        reward, terminated = reward_value(out["reward"]), bool(out["terminated"])
         done = terminated or truncated
         view[...] = value
         slot.reward[0] = reward  # pyright: ignore[reportOptionalSubscript] - attached with the rows
@@ -321,6 +332,16 @@ class EnvRunner:
         if self._loop is not None:
             self._loop.close()
             self._loop = None
+
+
+def answers(command: Command, results: list[Any]) -> list[Completion]:
+    """Completions of ``command`` from gathered :meth:`EnvRunner.execute_one` results, in order;
+    an exception in their place (an async env raising ``GeneratorExit``, which the runner lets
+    through) becomes its env's error, so that one env cannot take the others' answers with it."""
+    return [
+        Completion(i, command.kind, error=RemoteError.capture(r)) if isinstance(r, BaseException) else r
+        for i, r in zip(command.env_indices, results, strict=True)
+    ]
 
 
 def _run_detached(awaitable: Any) -> None:

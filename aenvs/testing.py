@@ -135,7 +135,23 @@ def echo_env_fns(num_envs: int, *, asynchronous: bool = False, **kwargs: Any) ->
 
 # -- fault injection ---------------------------------------------------------------------
 
-FaultKind = Literal["raise", "hang", "exit", "sigkill", "bad_shape", "nan", "unpicklable"]
+FaultKind = Literal[
+    "raise",
+    "hang",
+    "exit",
+    "sigkill",
+    "bad_shape",
+    "nan",
+    "unpicklable",
+    "keyboard_interrupt",
+    "system_exit",
+    "generator_exit",
+]
+_INTERRUPTS: dict[str, type[BaseException]] = {
+    "keyboard_interrupt": KeyboardInterrupt,
+    "system_exit": SystemExit,
+    "generator_exit": GeneratorExit,
+}
 
 
 class InjectedFault(RuntimeError):
@@ -164,7 +180,9 @@ class Fault:
         kind: ``"raise"`` an exception; ``"hang"`` (until the file ``release`` exists, or
             forever); ``"exit"`` the process (``os._exit``) or ``"sigkill"`` it; return an
             observation of the wrong shape (``"bad_shape"``) or with a NaN (``"nan"``);
-            raise an exception that cannot be pickled or rebuilt (``"unpicklable"``).
+            raise an exception that cannot be pickled or rebuilt (``"unpicklable"``); raise
+            ``KeyboardInterrupt``, ``SystemExit`` or ``GeneratorExit`` (``"keyboard_interrupt"``,
+            ``"system_exit"``, ``"generator_exit"``).
         where: ``"init"`` (the constructor), ``"reset"`` or ``"step"``.
         at: the call (1-based count of resets or steps of this env instance) it happens at.
         always: also at every later call (default: once).
@@ -236,6 +254,8 @@ class FaultyEnv(EchoEnv):
             raise InjectedFault(what)
         if fault.kind == "unpicklable":
             raise UnpicklableError(what) from UnrebuildableError(count, what)
+        if fault.kind in _INTERRUPTS:
+            raise _INTERRUPTS[fault.kind](what)
         if fault.kind == "hang":
             while fault.release is None or not os.path.exists(fault.release):
                 time.sleep(0.005)

@@ -89,6 +89,7 @@ class InlineExecutor(Executor):
         self._closing = False
         self._plain: deque[Command] = deque()  # plain envs' commands, run at the loop's next turn
         self._plain_scheduled = False
+        self._interrupt: KeyboardInterrupt | None = None  # raised inside an env, for the next poll
 
     async def start(
         self,
@@ -119,43 +120,37 @@ class InlineExecutor(Executor):
         caller = asyncio.current_task(loop)  # the sender's task (None from a callback or the sync shim)
         if caller is not None:
             _leave_task(loop, caller)
-        interrupt: BaseException | None = None
         try:
             for i in command.env_indices:
                 if not is_async[i]:
                     plain.append(i)
-                elif interrupt is not None:  # Ctrl-C in an env: answer the others without running them
-                    self._push((Completion(i, command.kind, error=RemoteError.capture(interrupt)),))
                 elif i in self._aborted:  # given up on, not respawned: as dead as a killed worker
                     error = RemoteError.worker_died(f"the coroutine of env {i} was cancelled")
                     loop.call_soon(self._push, (Completion(i, command.kind, error=error),))
                 else:
-                    interrupt = self._start(runner, loop, i, command)
+                    self._start(runner, loop, i, command)
         finally:
             if caller is not None:
                 _enter_task(loop, caller)
         if plain:
             self._plain.append(command.subset(plain) if len(plain) < len(command.env_indices) else command)
-            if not self._plain_scheduled:
-                self._plain_scheduled = True
-                loop.call_soon(self._run_queued)
-        if interrupt is not None:
-            raise interrupt
+            self._schedule_plain()
 
-    def _start(
-        self, runner: EnvRunner, loop: asyncio.AbstractEventLoop, i: int, command: Command
-    ) -> BaseException | None:
-        """Run env ``i``'s command as its task until it first suspends, then hand it to the task.
+    def _schedule_plain(self) -> None:
+        if not self._plain_scheduled:
+            self._plain_scheduled = True
+            assert self._loop is not None
+            self._loop.call_soon(self._run_queued)
 
-        Returns a KeyboardInterrupt (or SystemExit) the env raised, answered already.
-        """
+    def _start(self, runner: EnvRunner, loop: asyncio.AbstractEventLoop, i: int, command: Command) -> None:
+        """Run env ``i``'s command as its task until it first suspends, then hand it to the task."""
         coro = runner.execute_one(i, command)
         env = self._envs.get(i)
         if env is None:  # the env's first command starts in its new task, at the loop's next turn
             env = self._envs[i] = _CoroutineEnv(i)
             env.command, env.coro, env.yielded = command, coro, _NOT_STARTED
             env.task = loop.create_task(self._task(env))
-            return None
+            return
         env.finished = None  # freed here, where this command's objects are made
         task = env.task
         assert task is not None
@@ -165,19 +160,43 @@ class InlineExecutor(Executor):
             yielded = coro.send(None)
         except StopIteration as stop:  # finished without suspending
             env.command = None
-            self._push_one(stop.value)
-            return None
+            self._answer(stop.value)
+            return
         except BaseException as exc:  # not an env failure (the runner answers those): answer it anyway
             env.command = None
-            self._push((Completion(i, command.kind, error=RemoteError.capture(exc)),))
-            return exc if isinstance(exc, KeyboardInterrupt | SystemExit) else None
+            self._answer(Completion(i, command.kind, error=RemoteError.capture(exc)))
+            return
         finally:
             _leave_task(loop, task)
         env.coro, env.yielded = coro, yielded
         inbox = env.inbox
         if inbox is not None and not inbox.done():  # done: the env cancelled its task meanwhile
             inbox.set_result(None)
-        return None
+
+    def _answer(self, completion: Completion) -> None:
+        """Queue a coroutine env's answer (and the KeyboardInterrupt it raised, see :meth:`poll`)."""
+        self._push_one(completion)
+        if _is_interrupt(completion):
+            self._interrupt = _interrupt_for(completion)
+
+    def poll(self) -> list[Completion]:
+        """Every completion ready now; first, once, a KeyboardInterrupt an env raised.
+
+        An interrupt raised inside an env on the loop is most likely the user's Ctrl-C
+        landing in env code. The env's answer is an EnvError like any other; the interrupt
+        itself goes to the pool call collecting results next (before it takes anything),
+        so the caller sees it where it awaits the pool, once, and can catch it there.
+        """
+        interrupt = self._interrupt
+        if interrupt is not None:
+            self._interrupt = None
+            raise interrupt
+        completions = self._completions
+        if not completions:
+            return []
+        items = list(completions)
+        completions.clear()
+        return items
 
     async def _task(self, env: _CoroutineEnv) -> None:
         await self._drive(env)  # a coroutine around the generator: tasks take only coroutines from 3.12
@@ -222,9 +241,11 @@ class InlineExecutor(Executor):
                 if command is not None:  # else abort() answered it
                     error = RemoteError.capture(exc)
                     self._push((Completion(env.index, command.kind, error=error),))
+                if type(exc) is GeneratorExit and not self._closing and self._envs.get(env.index) is env:
+                    continue  # raised by the env itself (not a close of this task): it takes the next command
                 raise
             env.command = None
-            self._push_one(completion)
+            self._answer(completion)
             # This command's objects are released when the env's next command starts, not
             # here. CPython collects when allocations minus deallocations pass a threshold;
             # a send makes each env's step objects (coroutines, future, timer), its end frees
@@ -246,18 +267,31 @@ class InlineExecutor(Executor):
         runner = self._runner
         while self._plain and runner is not None:
             self._run_plain(runner, self._plain.popleft())
+            if self._interrupt is not None:  # the rest runs at the next turn, the caller hears of it first
+                self._schedule_plain()
+                break
 
     def _run_plain(self, runner: EnvRunner, command: Command) -> None:
+        """Run a plain envs' command, env after env.
+
+        After an env raised KeyboardInterrupt (answered as its EnvError; the interrupt goes
+        to the caller through :meth:`poll`), the envs not run yet stay queued: they run at
+        the loop's next turn, or when a receive flushes, so every env is answered once.
+        """
         done: list[Completion] = []
-        try:
-            for i in command.env_indices:
-                done.append(drive(runner.execute_one(i, command)))  # noqa: PERF401 - keeps what finished before a raise
-        except BaseException as exc:  # KeyboardInterrupt inside an env: answer every env, then re-raise
-            error = RemoteError.capture(exc)
-            done.extend(Completion(i, command.kind, error=error) for i in command.env_indices[len(done) :])
-            raise
-        finally:
-            self._push(done)
+        indices = command.env_indices
+        for n, i in enumerate(indices):
+            try:
+                completion = drive(runner.execute_one(i, command))
+            except BaseException as exc:  # not one the runner answers (a plain env raising CancelledError)
+                completion = Completion(i, command.kind, error=RemoteError.capture(exc))
+            done.append(completion)
+            if _is_interrupt(completion):
+                self._interrupt = _interrupt_for(completion)
+                if n + 1 < len(indices):
+                    self._plain.appendleft(command.subset(indices[n + 1 :]))
+                break
+        self._push(done)
 
     # -- restarts: a coroutine env can be given up on; a plain one blocks the loop while it runs
 
@@ -319,6 +353,18 @@ class InlineExecutor(Executor):
         if coro is not None:
             _close(coro)
         return env.task
+
+
+_KEYBOARD_INTERRUPT = RemoteError.capture(KeyboardInterrupt()).exc_type
+
+
+def _is_interrupt(completion: Completion) -> bool:
+    error = completion.error
+    return error is not None and error.exc_type == _KEYBOARD_INTERRUPT
+
+
+def _interrupt_for(completion: Completion) -> KeyboardInterrupt:
+    return KeyboardInterrupt(f"raised inside env {completion.env_index}'s {completion.kind.value}")
 
 
 def _close(coro: Coroutine[Any, Any, Any]) -> None:

@@ -27,7 +27,7 @@ import numpy as np
 from aenvs.buffers import Buffers
 from aenvs.commands import Command, CommandKind, Completion, RemoteError
 from aenvs.errors import EnvError
-from aenvs.runner import EnvRunner, drive
+from aenvs.runner import EnvRunner, answers, drive
 from aenvs.specs import Key
 from aenvs.worker import WORKER_ENV_VAR
 
@@ -188,16 +188,16 @@ class EnvHost:
                 return await runner.execute_async(command)
             return [drive(runner.execute_one(i, command)) for i in indices]
         loop = asyncio.get_running_loop()
-        return list(
-            await asyncio.gather(
-                *(
-                    runner.execute_one(i, command)
-                    if runner.is_async(i)
-                    else loop.run_in_executor(threads, drive, runner.execute_one(i, command))
-                    for i in indices
-                )
-            )
+        results = await asyncio.gather(
+            *(
+                runner.execute_one(i, command)
+                if runner.is_async(i)
+                else loop.run_in_executor(threads, drive, runner.execute_one(i, command))
+                for i in indices
+            ),
+            return_exceptions=True,
         )
+        return answers(command, results)
 
     async def close(self) -> None:
         """Close every env (the driver kills the actor afterwards)."""

@@ -88,6 +88,27 @@ class HoldingEnv(EchoEnv):
         return self._advance(td)
 
 
+class HoldAtStepEnv(EchoEnv):
+    """EchoEnv (plain) whose ``at``-th step opens ``started`` and holds until ``release`` opens."""
+
+    def __init__(self, started: Gate, release: Gate, at: int, env_index: int = 0) -> None:
+        super().__init__(env_index=env_index)
+        self.started, self.release, self.at = started, release, at
+
+    def step(self, td: TensorDictBase) -> TensorDictBase:
+        if self.steps + 1 == self.at:
+            self.started.open()
+            assert self.release.wait(60), "the test never released the env"
+        return self._advance(td)
+
+
+def hold_at_step_env_fn(started: Gate, release: Gate, at: int) -> Any:
+    def make(ctx: EnvContext) -> HoldAtStepEnv:
+        return HoldAtStepEnv(started, release, at, ctx.env_index)
+
+    return make
+
+
 def holding_env_fn(started: Gate, release: Gate) -> Any:
     def make(ctx: EnvContext) -> HoldingEnv:
         return HoldingEnv(started, release, ctx.env_index)

@@ -18,7 +18,7 @@ from aenvs import SerialEnv
 from aenvs.loop import PortalLoop, PrivateLoop, make_driver, new_event_loop
 from aenvs.testing import echo_env_fns
 from tests.helpers import Gate
-from tests.sync.sync_envs import holding_env_fn
+from tests.sync.sync_envs import hold_at_step_env_fn, holding_env_fn
 
 
 def _actions(n: int, value: float = 1.0) -> TensorDict:
@@ -136,6 +136,36 @@ def test_ctrl_c_during_a_sync_step(executor: str, loop_name: str, tmp_path) -> N
         env.close()
         assert time.monotonic() - began < 2.0
     assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+
+
+@pytest.mark.parametrize("loop_name", list(LOOP_FACTORIES))
+def test_ctrl_c_during_a_rollout_stops_it_at_the_next_step(executor: str, loop_name: str, tmp_path) -> None:
+    """Ctrl-C in a rollout's step 3 of 300 surfaces at step 4's receive, on every executor: a
+    rollout of plain envs on the inline executor never suspends, and still honours it."""
+    started, sent = Gate(str(tmp_path)), Gate(str(tmp_path))
+    env = SerialEnv(
+        2, hold_at_step_env_fn(started, sent, at=3), executor=executor, loop_factory=LOOP_FACTORIES[loop_name]
+    )
+    try:
+        env.reset()
+
+        def interrupt() -> None:
+            if started.wait(30):  # step 3 has begun: Ctrl-C, then let the step finish
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+                sent.open()
+
+        interrupter = threading.Thread(target=interrupt)
+        interrupter.start()
+        with pytest.raises(KeyboardInterrupt):
+            env.rollout(300, lambda td: td.set("action", torch.ones(2, 1, dtype=torch.float64)))
+        interrupter.join()
+        # step 4 was sent (its results dropped) before the interrupt landed at its receive
+        assert max(env.steps) <= 4, f"the rollout went on after Ctrl-C: {env.steps} steps"
+        traj = env.rollout(3, lambda td: td.set("action", torch.ones(2, 1, dtype=torch.float64)))
+        assert traj.batch_size == (2, 3)
+        assert traj["next", "observation"][:, :, 2].tolist() == [[1.0, 2.0, 3.0]] * 2
+    finally:
+        env.close()
 
 
 def test_ctrl_c_outside_sync_calls_is_a_plain_keyboard_interrupt() -> None:
