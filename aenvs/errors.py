@@ -4,6 +4,7 @@
 AenvsError
 ├── EnvError            an env failed: .env_index, .command, remote traceback text
 │   ├── EnvTimeoutError     its command outlived step_timeout / reset_timeout
+│   │   └── VectorEnvTimeoutError   AsyncVectorEnv.reset_wait / step_wait outlived its timeout
 │   └── EnvCrashedError     the worker (thread, process, actor) hosting it died
 ├── EnvBusyError        send to an env that already has a command in flight
 └── PoolClosedError     any call after close
@@ -15,6 +16,9 @@ env and the key; cancellation and `KeyboardInterrupt` pass through untouched.
 
 from __future__ import annotations
 
+import multiprocessing
+from collections.abc import Sequence
+
 __all__ = [
     "AenvsError",
     "EnvBusyError",
@@ -22,6 +26,7 @@ __all__ = [
     "EnvError",
     "EnvTimeoutError",
     "PoolClosedError",
+    "VectorEnvTimeoutError",
 ]
 
 
@@ -93,6 +98,53 @@ class EnvError(AenvsError):
 
 class EnvTimeoutError(EnvError):
     """An env's command outlived its ``step_timeout`` / ``reset_timeout``."""
+
+
+class VectorEnvTimeoutError(EnvTimeoutError, multiprocessing.TimeoutError, TimeoutError):
+    """:class:`aenvs.gymnasium.AsyncVectorEnv`'s ``reset_wait`` / ``step_wait`` outlived its ``timeout``.
+
+    What gymnasium's vector envs raise, ``multiprocessing.TimeoutError``, so that code
+    catching that keeps working; an :class:`EnvTimeoutError`; and the builtin
+    ``TimeoutError``, which the pool raises when a receive times out. Its message starts
+    with gymnasium's own. The results stay collectable: calling the ``*_wait`` method
+    again carries on.
+
+    Attributes:
+        env_index: the first env (lowest index) whose result had not arrived.
+        unanswered: every env whose result had not arrived, in order.
+        command: ``"reset"`` or ``"step"``; call: ``"reset_wait"`` or ``"step_wait"``.
+        timeout: the ``timeout`` the call was given, in seconds.
+
+    Example:
+        >>> err = VectorEnvTimeoutError("step_wait", 0.5, [2, 3], 4)
+        >>> str(err)
+        'The call to `step_wait` has timed out after 0.5 second(s). Envs 2 and 3 of 4 have not answered; the results stay collectable: call `step_wait` again.'
+        >>> err.env_index, err.command
+        (2, 'step')
+    """
+
+    def __init__(self, call: str, timeout: float, unanswered: Sequence[int], num_envs: int) -> None:
+        self.call, self.timeout, self.unanswered, self.num_envs = call, timeout, list(unanswered), num_envs
+        if not self.unanswered:  # every result arrived between the timeout and this error
+            who = "Every env answered just after it"
+        elif len(self.unanswered) == 1:
+            who = f"Env {self.unanswered[0]} of {num_envs} has not answered"
+        else:
+            *first, last = self.unanswered
+            who = f"Envs {', '.join(map(str, first))} and {last} of {num_envs} have not answered"
+        message = (
+            f"The call to `{call}` has timed out after {timeout} second(s). {who}; the results stay "
+            f"collectable: call `{call}` again."
+        )
+        super().__init__(
+            self.unanswered[0] if self.unanswered else 0, call.removesuffix("_wait"), message=message
+        )
+        self.errno = self.strerror = (
+            None  # the TimeoutError (an OSError) base took the env and command for them
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.call, self.timeout, self.unanswered, self.num_envs))
 
 
 class EnvCrashedError(EnvError):

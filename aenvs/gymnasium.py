@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
+import reprlib
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -43,7 +44,8 @@ from gymnasium.vector.async_vector_env import AsyncState
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, create_empty_array
 
 from aenvs.env import EnvContext
-from aenvs.gym import EnvFn, build_env
+from aenvs.errors import VectorEnvTimeoutError
+from aenvs.gym import AsyncMethod, EnvFn, build_env, lifted, register_lift
 from aenvs.specs import Key, observation_root
 
 if TYPE_CHECKING:
@@ -95,7 +97,9 @@ class _Member(gym.Wrapper):
     """One env of an :class:`AsyncVectorEnv`: applies its autoreset mode as gymnasium does.
 
     The outermost wrapper, invisible to ``call`` / ``get_attr`` / ``set_attr``, which
-    act on the env below it.
+    act on the env below it. Around a coroutine env (``async def`` step or reset) the
+    adapter runs :meth:`coroutine_step` and, for reset, this class's own ``reset`` on the
+    awaited result (see :func:`aenvs.gym.register_lift`).
     """
 
     def __init__(self, env: gym.Env, autoreset_mode: AutoresetMode) -> None:
@@ -113,20 +117,45 @@ class _Member(gym.Wrapper):
         return obs, _carry(info)
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, Any]:
-        mode = self._mode
-        if mode is AutoresetMode.NEXT_STEP and self._autoreset:
-            obs, info = self.env.reset()
-            reward, terminated, truncated = 0.0, False, False
-        else:
-            if mode is AutoresetMode.DISABLED and self._autoreset:
-                raise AssertionError(
-                    "autoreset_mode=DISABLED: reset this env (reset_mask) before stepping it"
-                )
-            obs, reward, terminated, truncated, info = self.env.step(action)
-            if mode is AutoresetMode.SAME_STEP and (terminated or truncated):
-                final_obs, final_info = obs, info
-                obs, info = self.env.reset()
-                info = {"final_info": final_info, "final_obs": final_obs, **info}
+        if self._resets_first():
+            return self._reset_step(*self.env.reset())
+        result = self.env.step(action)
+        if self._mode is AutoresetMode.SAME_STEP and (result[2] or result[3]):
+            return self._step(result, self.env.reset())
+        return self._step(result, None)
+
+    async def coroutine_step(
+        self, action: Any, step: AsyncMethod, reset: AsyncMethod
+    ) -> tuple[Any, Any, bool, bool, Any]:
+        """:meth:`step` around a coroutine env: ``step`` and ``reset`` are the env's, lifted."""
+        if self._resets_first():
+            return self._reset_step(*await reset(seed=None, options=None))
+        result = await step(action)
+        if self._mode is AutoresetMode.SAME_STEP and (result[2] or result[3]):
+            return self._step(result, await reset(seed=None, options=None))
+        return self._step(result, None)
+
+    def _resets_first(self) -> bool:
+        """Whether this step is the reset of an ended episode (NEXT_STEP); DISABLED refuses it."""
+        if not self._autoreset:
+            return False
+        if self._mode is AutoresetMode.DISABLED:
+            raise AssertionError("autoreset_mode=DISABLED: reset this env (reset_mask) before stepping it")
+        return self._mode is AutoresetMode.NEXT_STEP
+
+    def _reset_step(self, obs: Any, info: dict[str, Any]) -> tuple[Any, Any, bool, bool, Any]:
+        self._autoreset = False
+        return obs, 0.0, False, False, _carry(info, 0.0)
+
+    def _step(
+        self, result: tuple[Any, Any, bool, bool, Any], reset: tuple[Any, Any] | None
+    ) -> tuple[Any, Any, bool, bool, Any]:
+        """A step's result; ``reset``: the reset that followed it (SAME_STEP), its info beside the final one."""
+        obs, reward, terminated, truncated, info = result
+        if reset is not None:
+            final_obs, final_info = obs, info
+            obs, info = reset
+            info = {"final_info": final_info, "final_obs": final_obs, **info}
         self._autoreset = bool(terminated or truncated)
         return obs, reward, terminated, truncated, _carry(info, reward)
 
@@ -137,6 +166,16 @@ class _Member(gym.Wrapper):
 
     def set_wrapper_attr(self, name: str, value: Any, *, force: bool = True) -> bool:
         return self.env.set_wrapper_attr(name, value, force=force)
+
+
+def _lift_member_step(member: _Member) -> AsyncMethod:
+    return functools.partial(
+        member.coroutine_step, step=lifted(member.env, "step"), reset=lifted(member.env, "reset")
+    )
+
+
+register_lift("step", _Member.step, _lift_member_step)
+register_lift("reset", _Member.reset)  # only lays out what the env's reset returned
 
 
 def _build_member(context: EnvContext, *, env_fn: EnvFn, autoreset_mode: AutoresetMode) -> _Member:
@@ -188,14 +227,37 @@ def _obs_reader(space: spaces.Space, path: Key) -> Callable[[TensorDictBase], An
     return lambda td: td.get(key).numpy().astype(dtype, copy=False)
 
 
+class _NotABatch(Exception):
+    """Raised by an action writer given what is not a batch of its space; a TypeError for the caller."""
+
+    def __init__(self, label: str, expected: str, value: Any, single: bool) -> None:
+        super().__init__(label, expected)
+        what = f"the single {type(value).__name__}" if single else f"a {type(value).__name__}"
+        self.label, self.expected, self.got = label, expected, f"got {what} {reprlib.repr(value)}"
+
+    def describe(self, who: str, n: int, space: spaces.Space) -> str:
+        if self.label == "actions":
+            return f"{who} takes a batch of {n} actions of {space} ({self.expected}), {self.got}"
+        return (
+            f"{who} takes a batch of {n} actions of {space}: {self.label} must be {self.expected}, {self.got}"
+        )
+
+
 def _action_writer(space: spaces.Space, path: Key, n: int) -> Callable[[Any, dict[str, Any]], None]:
-    """A function writing a batch of ``n`` actions of ``space`` (numpy) into a nested dict of tensors."""
+    """A function writing a batch of ``n`` actions of ``space`` (numpy) into a nested dict of tensors.
+
+    It raises :class:`_NotABatch` for a single value where a batch is due, ValueError for
+    a batch of the wrong shape.
+    """
     import torch
 
+    label = ".".join(("actions", *path[1:]))
     if isinstance(space, spaces.Dict):
         parts = [(k, _action_writer(sub, (*path, k), n)) for k, sub in space.spaces.items()]
 
         def write_dict(actions: Any, out: dict[str, Any]) -> None:
+            if not isinstance(actions, Mapping):
+                raise _NotABatch(label, "a dict of batches, one per key of the space", actions, False)
             node = out.setdefault(path[-1], {})
             for k, write in parts:
                 write(actions[k], node)
@@ -205,6 +267,10 @@ def _action_writer(space: spaces.Space, path: Key, n: int) -> Callable[[Any, dic
         items = [_action_writer(sub, (*path, str(i)), n) for i, sub in enumerate(space.spaces)]
 
         def write_tuple(actions: Any, out: dict[str, Any]) -> None:
+            if not isinstance(actions, tuple | list):
+                raise _NotABatch(label, f"a tuple of {len(items)} batches", actions, False)
+            if len(actions) != len(items):
+                raise ValueError(f"{label} have {len(actions)} parts, expected {len(items)} for {space}")
             node = out.setdefault(path[-1], {})
             for part, write in zip(actions, items, strict=True):
                 write(part, node)
@@ -221,12 +287,14 @@ def _action_writer(space: spaces.Space, path: Key, n: int) -> Callable[[Any, dic
     name, shape = path[-1], (n, *(space.shape or ()))
 
     def write_leaf(actions: Any, out: dict[str, Any]) -> None:
-        array = np.ascontiguousarray(actions, dtype=dtype)
+        array = np.asarray(actions, dtype=dtype)
+        if array.ndim == 0:  # gymnasium's vector envs raise TypeError too: a batch must be iterable
+            raise _NotABatch(label, f"an array of shape {shape}", actions, True)
         if array.shape != shape:
             raise ValueError(
-                f"actions {'.'.join(path[1:]) or ''} have shape {array.shape}, expected {shape} "
-                f"for a batch of {n} actions of {space}"
+                f"{label} have shape {array.shape}, expected {shape} for a batch of {n} actions of {space}"
             )
+        array = np.ascontiguousarray(array)
         if not array.flags.writeable:  # torch warns on read-only arrays
             array = array.copy()
         out[name] = torch.from_numpy(array)
@@ -289,7 +357,9 @@ class AsyncVectorEnv(VectorEnv):
         **pool_options: further :class:`~aenvs.AsyncEnvPool` options (``step_timeout``...).
 
     Errors inside an env surface as :class:`~aenvs.EnvError`. Spaces must have a fixed
-    shape (Box, Discrete, MultiDiscrete, MultiBinary, and Dict / Tuple of them).
+    shape (Box, Discrete, MultiDiscrete, MultiBinary, and Dict / Tuple of them). Envs
+    whose ``step`` / ``reset`` are ``async def`` are awaited (see :func:`aenvs.gym.lifted`
+    for the wrappers around them).
 
     Example:
         >>> import gymnasium as gym
@@ -373,24 +443,29 @@ class AsyncVectorEnv(VectorEnv):
                 f"Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
                 f"observation space, actual got {mode}"
             )
+        # gymnasium's own messages first (code matches on them), then which env and spaces
+        name = type(self).__name__
         for i, spec in enumerate(specs):
             if mode == "same" and spec.observation_space != self.single_observation_space:
                 raise RuntimeError(
-                    f"AsyncVectorEnv(..., observation_mode='same') however env {i}'s observation space "
-                    f"{spec.observation_space} differs from {self.single_observation_space}. If this is "
-                    "intentional, use `observation_mode='different'` instead."
+                    f"{name}(..., observation_mode='same') however some of the sub-environments observation "
+                    "spaces are not equivalent. If this is intentional, use `observation_mode='different'` "
+                    f"instead. Env {i}'s observation space is {spec.observation_space}, env 0's "
+                    f"{self.single_observation_space}."
                 )
             if mode != "same" and not is_space_dtype_shape_equiv(
                 spec.observation_space, self.single_observation_space
             ):
                 raise RuntimeError(
-                    f"env {i}'s observation space {spec.observation_space} does not share the shape and "
-                    f"dtype of {self.single_observation_space}"
+                    f"{name}(..., observation_mode='different' or custom space) however the sub-environment's "
+                    f"observation spaces do not share a common shape and dtype. Env {i}'s observation space "
+                    f"is {spec.observation_space}, the single observation space {self.single_observation_space}."
                 )
             if spec.action_space != self.single_action_space:
                 raise RuntimeError(
-                    f"env {i}'s action space {spec.action_space} differs from {self.single_action_space}; "
-                    "the action spaces of every env must be equal"
+                    f"Some environments have an action space different from `{self.single_action_space}`. "
+                    "In order to batch actions, the action spaces from all environments must be equal. "
+                    f"Env {i}'s action space is {spec.action_space}."
                 )
         _check_fixed(self.single_observation_space, "observation")
         _check_fixed(self.single_action_space, "action")
@@ -467,7 +542,14 @@ class AsyncVectorEnv(VectorEnv):
             )
 
     def close_extras(self, **kwargs: Any) -> None:
-        """Stop every worker of the pool and the loop driver."""
+        """Stop every worker of the pool and the loop driver.
+
+        A reset or step still to be collected is dropped, with gymnasium's warning.
+        """
+        if self._state is not AsyncState.DEFAULT:
+            gym.logger.warn(
+                f"Calling `close` while waiting for a pending call to `{self._state.value}` to complete."
+            )
         self._close_pool()
 
     def _close_pool(self) -> None:
@@ -594,15 +676,33 @@ class AsyncVectorEnv(VectorEnv):
 
         Raises:
             NoAsyncCallError: no reset was sent.
-            TimeoutError: ``timeout`` seconds passed first (the resets stay collectable).
+            VectorEnvTimeoutError: ``timeout`` seconds passed first (the resets stay
+                collectable); a ``multiprocessing.TimeoutError``, as gymnasium's.
         """
         self._assert_is_running()
         if self._state is not AsyncState.WAITING_RESET:
             raise NoAsyncCallError("Calling `reset_wait` without any prior call to `reset_async`.", "reset")
         assert self._sent_rows is not None
         return self._finish_reset(
-            self._driver.run(self._collect, self._pool.async_reset_recv, self._sent_rows, timeout)
+            self._wait("reset_wait", self._pool.async_reset_recv, self._sent_rows, timeout)
         )
+
+    def _wait(
+        self, call: str, recv: Callable[..., Any], rows: list[int], timeout: float | None
+    ) -> TensorDictBase:
+        """Collect the results of ``rows`` for ``call``, raising gymnasium's timeout error."""
+        try:
+            return self._driver.run(self._collect, recv, rows, timeout)
+        except TimeoutError:
+            if timeout is None:
+                raise
+            unanswered = self._driver.run(self._unanswered, rows)
+        raise VectorEnvTimeoutError(call, timeout, unanswered, self.num_envs)
+
+    async def _unanswered(self, rows: list[int]) -> list[int]:
+        """The envs of ``rows`` whose result has not arrived."""
+        in_flight = set(self._pool.stats().in_flight_envs)
+        return [i for i in rows if i in in_flight]
 
     def _finish_reset(self, td: TensorDictBase) -> tuple[Any, dict[str, Any]]:
         self._state = AsyncState.DEFAULT
@@ -685,7 +785,11 @@ class AsyncVectorEnv(VectorEnv):
                 "their episode; reset them (options={'reset_mask': ...}) before stepping"
             )
         source: dict[str, Any] = {}
-        self._write_actions(actions, source)
+        try:
+            self._write_actions(actions, source)
+        except _NotABatch as exc:
+            who = f"{type(self).__name__}.{call}"
+            raise TypeError(exc.describe(who, self.num_envs, self.single_action_space)) from None
         return TensorDict(source, batch_size=[self.num_envs])
 
     async def _send_step(self, td: TensorDictBase) -> None:
@@ -704,14 +808,13 @@ class AsyncVectorEnv(VectorEnv):
 
         Raises:
             NoAsyncCallError: no step was sent.
-            TimeoutError: ``timeout`` seconds passed first (the step stays collectable).
+            VectorEnvTimeoutError: ``timeout`` seconds passed first (the step stays
+                collectable); a ``multiprocessing.TimeoutError``, as gymnasium's.
         """
         self._assert_is_running()
         if self._state is not AsyncState.WAITING_STEP:
             raise NoAsyncCallError("Calling `step_wait` without any prior call to `step_async`.", "step")
-        return self._finish_step(
-            self._driver.run(self._collect, self._pool.async_step_recv, self._all, timeout)
-        )
+        return self._finish_step(self._wait("step_wait", self._pool.async_step_recv, self._all, timeout))
 
     def _finish_step(
         self, td: TensorDictBase

@@ -106,12 +106,21 @@ def action_reader(
 ) -> Callable[[int], Any]:
     """A function reading one env's action out of per-leaf buffers, as ``space`` expects it.
 
-    Built once per env, so that a step pays no dispatch on the space's type.
+    Built once per env, so that a step pays no dispatch on the space's type. ``Discrete``
+    and ``MultiDiscrete`` actions are stored as int64 whatever their space's dtype; the
+    env gets them back in that dtype (a ``Discrete`` of the default int64 as a python
+    ``int``, others as the dtype's numpy scalar, as gymnasium's vector envs hand them
+    over), so that ``action in env.action_space`` holds. A value the dtype cannot hold
+    stays int64 (the env's own check then refuses it) instead of wrapping around into
+    another, valid-looking action.
 
     Example:
         >>> read = action_reader(spaces.Discrete(3), {("action",): np.array([2, 0])})
         >>> read(0)
         2
+        >>> read = action_reader(spaces.Discrete(3, dtype=np.int8), {("action",): np.array([2, 0])})
+        >>> read(0)
+        np.int8(2)
     """
     if isinstance(space, spaces.Dict):
         parts = {k: action_reader(sub, buffers, (*path, k)) for k, sub in space.spaces.items()}
@@ -120,10 +129,34 @@ def action_reader(
         items = [action_reader(sub, buffers, (*path, str(i))) for i, sub in enumerate(space.spaces)]
         return lambda row: tuple(read(row) for read in items)
     buf = buffers[path]
+    if isinstance(space, spaces.Discrete | spaces.MultiDiscrete) and space.dtype != buf.dtype:
+        return _integer_reader(buf, np.dtype(space.dtype), isinstance(space, spaces.Discrete))
     if isinstance(space, spaces.Discrete):
         return lambda row: int(buf[row])
     # a copy: the row is overwritten by the next send, and envs may keep what they get
     return lambda row: buf[row].copy()
+
+
+def _integer_reader(buf: np.ndarray, dtype: np.dtype, scalar: bool) -> Callable[[int], Any]:
+    """Read a row of int64 ``buf`` as ``dtype`` (a numpy scalar if ``scalar``), if it fits."""
+    info = np.iinfo(dtype)
+    low, high = int(info.min), int(info.max)
+    if scalar:
+        to_scalar = dtype.type
+
+        def read_scalar(row: int) -> Any:
+            value = buf[row]
+            return to_scalar(value) if low <= value <= high else value
+
+        return read_scalar
+
+    def read_array(row: int) -> np.ndarray:
+        values = buf[row]
+        if values.size and (values.min() < low or values.max() > high):
+            return values.copy()
+        return values.astype(dtype)  # a new array: envs may keep what they get
+
+    return read_array
 
 
 def _flag_leaves() -> list[Leaf]:

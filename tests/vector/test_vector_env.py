@@ -8,9 +8,13 @@ with SyncVectorEnv.
 from __future__ import annotations
 
 import functools
+import multiprocessing
+import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -21,8 +25,10 @@ from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 from aenvs import EnvError
+from aenvs.errors import EnvTimeoutError, VectorEnvTimeoutError
 from aenvs.gymnasium import AsyncVectorEnv
-from tests.vector.vector_envs import SPACES, FailingEnv, SpaceEnv
+from tests.helpers import Gate
+from tests.vector.vector_envs import SPACES, CoroutineSpaceEnv, FailingEnv, GatedSpaceEnv, SpaceEnv
 
 NUM_ENVS = 4
 MODES = list(AutoresetMode)
@@ -97,13 +103,31 @@ def test_from_id_builds_like_make_vec(executor: str) -> None:
         envs.close()
 
 
-def test_create_refuses_differing_spaces(executor: str) -> None:
+def test_create_refuses_differing_spaces_in_gymnasiums_words(executor: str) -> None:
+    """Code matches on gymnasium's messages: they are kept, with the env and spaces after them."""
     env_fns = [*space_env_fns(2), functools.partial(SpaceEnv, observation_space="box64")]
-    with pytest.raises(RuntimeError, match="observation_mode='different'"):
+    same = (
+        "AsyncVectorEnv(..., observation_mode='same') however some of the sub-environments observation "
+        "spaces are not equivalent. If this is intentional, use `observation_mode='different'` instead."
+    )
+    with pytest.raises(RuntimeError, match=re.escape(same)) as caught:
         AsyncVectorEnv(env_fns, executor=executor)
+    assert "Env 2" in str(caught.value) and "float64" in str(caught.value)
+    different = (
+        "AsyncVectorEnv(..., observation_mode='different' or custom space) however the sub-environment's "
+        "observation spaces do not share a common shape and dtype."
+    )
+    custom = (gym.vector.utils.batch_space(SPACES["box"], 3), SPACES["box"])
+    with pytest.raises(RuntimeError, match=re.escape(different)):
+        AsyncVectorEnv(env_fns, executor=executor, observation_mode=custom)
     env_fns = [*space_env_fns(2), functools.partial(SpaceEnv, action_space="discrete")]
-    with pytest.raises(RuntimeError, match="action space"):
+    action = (
+        f"Some environments have an action space different from `{SPACES['box']}`. In order to batch "
+        "actions, the action spaces from all environments must be equal."
+    )
+    with pytest.raises(RuntimeError, match=re.escape(action)) as caught:
         AsyncVectorEnv(env_fns, executor=executor)
+    assert "Env 2" in str(caught.value) and "Discrete(5, start=-2)" in str(caught.value)
 
 
 def test_create_refuses_spaces_without_a_fixed_shape() -> None:
@@ -139,9 +163,21 @@ def test_actions_are_cast_to_the_action_space_dtype(make_vec: Callable[..., Asyn
     envs.reset(seed=0)
     envs.step(np.array([-2, 0, 1, 2], dtype=np.int32))
     envs.step([2, 2, 2, 2])  # a list too
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match=r"^actions have shape \(5,\), expected \(4,\)"):
         envs.step(np.zeros(NUM_ENVS + 1, dtype=np.int64))
     envs.step(np.zeros(NUM_ENVS, dtype=np.int64))  # usable after a refused step
+
+
+@pytest.mark.parametrize("space", ["discrete", "box", "dict", "tuple"])
+def test_a_scalar_action_is_a_type_error(make_vec: Callable[..., AsyncVectorEnv], space: str) -> None:
+    """As gymnasium's vector envs: a single action where a batch is due is a TypeError."""
+    envs = make_vec(space_env_fns(action_space=space))
+    envs.reset(seed=0)
+    with pytest.raises(TypeError, match=rf"AsyncVectorEnv.step takes a batch of {NUM_ENVS} actions"):
+        envs.step(0)
+    with pytest.raises(TypeError, match="a batch of"):
+        envs.step_async(np.int64(1))
+    envs.step(envs.action_space.sample())  # usable after a refused step
 
 
 def test_returned_observations_are_copies(make_vec: Callable[..., AsyncVectorEnv]) -> None:
@@ -302,11 +338,17 @@ def test_closed_env_raises(executor: str) -> None:
     envs.close()  # idempotent
 
 
-def test_close_with_a_step_in_flight(executor: str) -> None:
+@pytest.mark.parametrize("call", ["step", "reset"])
+def test_close_with_a_call_in_flight_warns_as_gymnasium(executor: str, call: str) -> None:
     envs = AsyncVectorEnv(space_env_fns(), executor=executor)
     envs.reset(seed=0)
-    envs.step_async(envs.action_space.sample())
-    envs.close()
+    if call == "step":
+        envs.step_async(envs.action_space.sample())
+    else:
+        envs.reset_async(seed=1)
+    warning = f"Calling `close` while waiting for a pending call to `{call}` to complete."
+    with pytest.warns(UserWarning, match=re.escape(warning)):
+        envs.close()
     assert envs.closed
 
 
@@ -412,3 +454,77 @@ def test_equal_to_sync_vector_env_on_classic_control(executor: str, mode: Autore
         finally:
             async_envs.close()
             sync_envs.close()
+
+
+def test_equal_to_sync_vector_env_on_integer_spaces_of_other_dtypes(executor: str) -> None:
+    env_fns = [functools.partial(SpaceEnv, observation_space="narrow", action_space="narrow")] * NUM_ENVS
+    async_envs = AsyncVectorEnv(env_fns, executor=executor)
+    sync_envs = SyncVectorEnv(env_fns)
+    try:
+        assert run_both(async_envs, sync_envs, AutoresetMode.NEXT_STEP, steps=30) > 0
+    finally:
+        async_envs.close()
+        sync_envs.close()
+
+
+@pytest.mark.parametrize("mode", MODES, ids=[m.value for m in MODES])
+def test_coroutine_envs_equal_to_sync_vector_env_on_plain_ones(executor: str, mode: AutoresetMode) -> None:
+    """``async def`` step and reset are awaited, autoresets included; the results are the plain envs'."""
+    kwargs = [
+        {"observation_space": "nested", "action_space": "dict", "truncate": i % 2 == 1}
+        for i in range(NUM_ENVS)
+    ]
+    async_envs = AsyncVectorEnv(
+        [functools.partial(CoroutineSpaceEnv, **kw) for kw in kwargs], executor=executor, autoreset_mode=mode
+    )
+    sync_envs = SyncVectorEnv([functools.partial(SpaceEnv, **kw) for kw in kwargs], autoreset_mode=mode)
+    try:
+        assert run_both(async_envs, sync_envs, mode, steps=40) > 10
+        assert async_envs.call("double", 2) == (4,) * NUM_ENVS
+    finally:
+        async_envs.close()
+        sync_envs.close()
+
+
+def wait_until_only_the_gated_env_is_late(wait: Callable[[], Any]) -> VectorEnvTimeoutError:
+    """Call ``wait`` (a ``*_wait`` with a short timeout) until the gated env 2 is the only one
+    not answered (the others may take a while to, on a busy machine); its last error."""
+    deadline = time.monotonic() + 30
+    while True:
+        with pytest.raises(multiprocessing.TimeoutError) as caught:
+            wait()
+        error = caught.value
+        assert isinstance(error, VectorEnvTimeoutError) and 2 in error.unanswered
+        if error.unanswered == [2] or time.monotonic() > deadline:
+            return error
+
+
+def test_wait_timeouts_are_gymnasiums_timeout_error_naming_the_env(
+    make_vec: Callable[..., AsyncVectorEnv], tmp_path: Path
+) -> None:
+    """gymnasium raises multiprocessing.TimeoutError and code catches that; the results stay
+    collectable."""
+    reset_gate, step_gate = Gate(str(tmp_path)), Gate(str(tmp_path))
+    # one env per worker: a worker answers for all of its envs at once
+    envs = make_vec(
+        [*space_env_fns(2), functools.partial(GatedSpaceEnv, reset_gate, step_gate), *space_env_fns(1)],
+        envs_per_worker=1,
+    )
+    envs.reset_async(seed=0)
+    error = wait_until_only_the_gated_env_is_late(lambda: envs.reset_wait(timeout=0.1))
+    assert isinstance(error, EnvTimeoutError) and isinstance(error, TimeoutError)
+    assert (error.env_index, error.command) == (2, "reset")
+    assert str(error).startswith("The call to `reset_wait` has timed out after 0.1 second(s).")
+    assert "Env 2 of 4 has not answered; the results stay collectable" in str(error)
+    reset_gate.open()
+    obs, _ = envs.reset_wait(timeout=30)  # nothing was lost
+    assert obs.shape == (NUM_ENVS, 3)
+    envs.step_async(envs.action_space.sample())
+    with pytest.raises(
+        VectorEnvTimeoutError, match=r"^The call to `step_wait` has timed out after 0.2"
+    ) as caught:
+        envs.step_wait(timeout=0.2)
+    assert (caught.value.env_index, caught.value.command, caught.value.timeout) == (2, "step", 0.2)
+    step_gate.open()
+    obs, rewards, *_ = envs.step_wait()
+    assert obs.shape == (NUM_ENVS, 3) and rewards.shape == (NUM_ENVS,)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+
+from tests.helpers import Gate
 
 BOX = spaces.Box(-1, 1, (3,), np.float32)
 SPACES: dict[str, spaces.Space] = {
@@ -21,7 +24,27 @@ SPACES: dict[str, spaces.Space] = {
     "nested": spaces.Dict(
         {"a": spaces.Tuple((BOX, spaces.MultiBinary(2))), "b": spaces.Dict({"c": spaces.MultiDiscrete([2])})}
     ),
+    # integer spaces of other dtypes than int64: the pool carries them as int64
+    "discrete8": spaces.Discrete(4, start=-1, dtype=np.int8),
+    "multidiscrete32": spaces.MultiDiscrete([3, 4], dtype=np.int32),
+    "narrow": spaces.Dict(
+        {
+            "d": spaces.Discrete(3, dtype=np.int16),
+            "t": spaces.Tuple(
+                (spaces.MultiDiscrete([2, 5], dtype=np.uint8), spaces.Discrete(2, start=-1, dtype=np.int32))
+            ),
+        }
+    ),
 }
+
+
+def dtypes_match(space: spaces.Space, value: Any) -> bool:
+    """Whether every leaf of ``value`` has exactly the dtype of its space (``in`` casts some)."""
+    if isinstance(space, spaces.Dict):
+        return all(dtypes_match(sub, value[k]) for k, sub in space.spaces.items())
+    if isinstance(space, spaces.Tuple):
+        return all(dtypes_match(sub, v) for sub, v in zip(space.spaces, value, strict=True))
+    return np.asarray(value).dtype == space.dtype
 
 
 class SpaceEnv(gym.Env):
@@ -62,6 +85,7 @@ class SpaceEnv(gym.Env):
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         assert self.action_space.contains(action), f"{action!r} not in {self.action_space}"
+        assert dtypes_match(self.action_space, action), f"{action!r} not in the dtypes of {self.action_space}"
         self.t += 1
         ended = self.t >= self.length
         info: dict[str, Any] = {"t": self.t, "noise": self.np_random.normal(size=2)}
@@ -90,3 +114,41 @@ class FailingEnv(SpaceEnv):
         if self.steps == self.fail_at:
             raise RuntimeError("boom")
         return super().step(action)
+
+
+class CoroutineSpaceEnv(SpaceEnv):
+    """SpaceEnv with ``async def`` reset and step that suspend first: step for step equal to it."""
+
+    async def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict]:  # type: ignore[override]
+        await asyncio.sleep(0)
+        return super().reset(seed=seed, options=options)
+
+    async def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:  # type: ignore[override]
+        await asyncio.sleep(0)
+        return super().step(action)
+
+
+class GatedSpaceEnv(CoroutineSpaceEnv):
+    """Its first reset waits (off the loop) until ``reset_gate`` opens, its first step until
+    ``step_gate`` does: gates are files, so that the test opens them across processes."""
+
+    def __init__(self, reset_gate: Gate, step_gate: Gate) -> None:
+        super().__init__()
+        self.gates = {"reset": reset_gate, "step": step_gate}
+
+    async def _wait(self, call: str) -> None:
+        gate = self.gates.pop(call, None)
+        if gate is not None:
+            assert await asyncio.to_thread(gate.wait), f"the test never opened the {call} gate"
+
+    async def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict]:  # type: ignore[override]
+        await self._wait("reset")
+        return await super().reset(seed=seed, options=options)
+
+    async def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:  # type: ignore[override]
+        await self._wait("step")
+        return await super().step(action)
