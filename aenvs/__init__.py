@@ -8,7 +8,10 @@ Example:
     ...         td = await pool.reset()
     ...         td["action"] = torch.randint(0, 2, (4,))
     ...         await pool.async_step_send(td)
-    ...         return await pool.async_step_recv(min_get=4)
+    ...         out = await pool.async_step_recv(min_get=4)
+    ...     return out["next", "reward"].shape
+    >>> asyncio.run(main())
+    torch.Size([4, 1])
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from aenvs.env import Env as Env, EnvContext as EnvContext, EnvState as EnvState
-from aenvs.errors import (
+from aenvs._env import Env as Env, EnvContext as EnvContext, EnvState as EnvState
+from aenvs._errors import (
     AenvsError as AenvsError,
     EnvBusyError as EnvBusyError,
     EnvCrashedError as EnvCrashedError,
@@ -25,13 +28,13 @@ from aenvs.errors import (
     EnvTimeoutError as EnvTimeoutError,
     PoolClosedError as PoolClosedError,
 )
-from aenvs.specs import EnvSpec as EnvSpec
+from aenvs._specs import EnvSpec as EnvSpec
 
 if TYPE_CHECKING:
-    from aenvs.check import check_env_specs as check_env_specs
-    from aenvs.layout import step_mdp as step_mdp
-    from aenvs.pool import AsyncEnvPool as AsyncEnvPool, PoolStats as PoolStats
-    from aenvs.sync import ParallelEnv as ParallelEnv, SerialEnv as SerialEnv
+    from aenvs._check import check_env_specs as check_env_specs
+    from aenvs._layout import step_mdp as step_mdp
+    from aenvs._pool import AsyncEnvPool as AsyncEnvPool, PoolStats as PoolStats
+    from aenvs._sync import ParallelEnv as ParallelEnv, SerialEnv as SerialEnv
 
 __version__ = "0.1.0"
 
@@ -57,12 +60,12 @@ __all__ = [
 # Names whose modules import torch load on first use, so that worker processes, which
 # import aenvs submodules to host gymnasium envs, never pay for torch.
 _LAZY = {
-    "AsyncEnvPool": "aenvs.pool",
-    "PoolStats": "aenvs.pool",
-    "step_mdp": "aenvs.layout",
-    "SerialEnv": "aenvs.sync",
-    "ParallelEnv": "aenvs.sync",
-    "check_env_specs": "aenvs.check",
+    "AsyncEnvPool": "aenvs._pool",
+    "PoolStats": "aenvs._pool",
+    "step_mdp": "aenvs._layout",
+    "SerialEnv": "aenvs._sync",
+    "ParallelEnv": "aenvs._sync",
+    "check_env_specs": "aenvs._check",
 }
 
 

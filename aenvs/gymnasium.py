@@ -5,23 +5,14 @@ autoreset modes, ``reset_mask`` partial resets, ``call`` / ``get_attr`` / ``set_
 and vector infos (a dict of arrays with ``_key`` masks), step for step equal to
 ``gymnasium.vector.SyncVectorEnv`` under the same seeds, on any aenvs executor.
 
-How it stays exact and cheap: each env is wrapped in :class:`_Member`, which applies
+How it stays exact and cheap: each env is wrapped in :class:`~aenvs._adapters.autoreset.Member`, which applies
 the autoreset mode inside the worker (as gymnasium's own ``AsyncVectorEnv`` worker
 does), so a vector step is one pool step, one round trip. Values the pool's layout
 would change (a reward float32 cannot hold, info dicts, which the pool turns into
 tensors) travel beside it untouched, and only on the steps that have them.
 
-This module imports no torch at import time: worker processes import it to build
-their envs.
-
-Example:
-    >>> from aenvs.gymnasium import AsyncVectorEnv
-    >>> envs = AsyncVectorEnv.from_id("CartPole-v1", num_envs=4, executor="thread")
-    >>> obs, infos = envs.reset(seed=42)
-    >>> obs.shape, obs.dtype
-    ((4, 4), dtype('float32'))
-    >>> obs, rewards, terminations, truncations, infos = envs.step(envs.action_space.sample())
-    >>> envs.close()
+This module imports no torch at import time (the pool loads it when an env is built).
+:class:`AsyncVectorEnv` and its methods show runnable examples.
 """
 
 from __future__ import annotations
@@ -30,7 +21,6 @@ import asyncio
 import copy
 import functools
 import reprlib
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -43,158 +33,22 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.async_vector_env import AsyncState
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, create_empty_array
 
-from aenvs.env import EnvContext
-from aenvs.errors import VectorEnvTimeoutError
-from aenvs.gym import AsyncMethod, EnvFn, build_env, lifted, register_lift
-from aenvs.specs import Key, observation_root
+from aenvs._adapters.autoreset import Carry, build_member, make_from_id
+from aenvs._env import EnvFn
+from aenvs._errors import VectorEnvTimeoutError
+from aenvs._loop import kill_dropped
+from aenvs._specs import Key, observation_root
 
 if TYPE_CHECKING:
     from tensordict import TensorDictBase
 
+    from aenvs._loop import DriverKind, LoopDriver
+    from aenvs._pool import AsyncEnvPool
     from aenvs.executors import Executor
-    from aenvs.loop import DriverKind, LoopDriver
-    from aenvs.pool import AsyncEnvPool
 
 __all__ = ["AsyncVectorEnv"]
 
 _FIXED_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-
-
-# -- inside the workers ------------------------------------------------------------------
-
-
-class _Carry:
-    """What a member sends beside the pool's layout: its raw info, and a float64 reward.
-
-    The pool stores rewards as float32 and infos as tensors; a vector env must return
-    them as the env gave them. A member returns a ``_Carry`` as its info only when there
-    is something to carry, so the steps that have nothing (most, for most envs) cost
-    nothing extra.
-    """
-
-    __slots__ = ("info", "reward")
-
-    def __init__(self, info: dict[str, Any], reward: float | None = None) -> None:
-        self.info = info
-        self.reward = reward
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_Carry, (self.info, self.reward))
-
-
-def _carry(info: dict[str, Any], reward: Any = None) -> Any:
-    exact = None
-    if reward is not None:
-        value = float(reward)
-        if float(np.float32(value)) != value:  # a python float: numpy 2 would compare in float32
-            exact = value
-    if info or exact is not None:
-        return _Carry(info, exact)
-    return {}
-
-
-class _Member(gym.Wrapper):
-    """One env of an :class:`AsyncVectorEnv`: applies its autoreset mode as gymnasium does.
-
-    The outermost wrapper, invisible to ``call`` / ``get_attr`` / ``set_attr``, which
-    act on the env below it. Around a coroutine env (``async def`` step or reset) the
-    adapter runs :meth:`coroutine_step` and, for reset, this class's own ``reset`` on the
-    awaited result (see :func:`aenvs.gym.register_lift`).
-    """
-
-    def __init__(self, env: gym.Env, autoreset_mode: AutoresetMode) -> None:
-        super().__init__(env)
-        self._mode = autoreset_mode
-        self._autoreset = False
-
-    @property
-    def spec(self) -> Any:  # the user's env spec, without this wrapper in its additional_wrappers
-        return self.env.spec
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, Any]:
-        obs, info = self.env.reset(seed=seed, options=options)
-        self._autoreset = False
-        return obs, _carry(info)
-
-    def step(self, action: Any) -> tuple[Any, Any, bool, bool, Any]:
-        if self._resets_first():
-            return self._reset_step(*self.env.reset())
-        result = self.env.step(action)
-        if self._mode is AutoresetMode.SAME_STEP and (result[2] or result[3]):
-            return self._step(result, self.env.reset())
-        return self._step(result, None)
-
-    async def coroutine_step(
-        self, action: Any, step: AsyncMethod, reset: AsyncMethod
-    ) -> tuple[Any, Any, bool, bool, Any]:
-        """:meth:`step` around a coroutine env: ``step`` and ``reset`` are the env's, lifted."""
-        if self._resets_first():
-            return self._reset_step(*await reset(seed=None, options=None))
-        result = await step(action)
-        if self._mode is AutoresetMode.SAME_STEP and (result[2] or result[3]):
-            return self._step(result, await reset(seed=None, options=None))
-        return self._step(result, None)
-
-    def _resets_first(self) -> bool:
-        """Whether this step is the reset of an ended episode (NEXT_STEP); DISABLED refuses it."""
-        if not self._autoreset:
-            return False
-        if self._mode is AutoresetMode.DISABLED:
-            raise AssertionError("autoreset_mode=DISABLED: reset this env (reset_mask) before stepping it")
-        return self._mode is AutoresetMode.NEXT_STEP
-
-    def _reset_step(self, obs: Any, info: dict[str, Any]) -> tuple[Any, Any, bool, bool, Any]:
-        self._autoreset = False
-        return obs, 0.0, False, False, _carry(info, 0.0)
-
-    def _step(
-        self, result: tuple[Any, Any, bool, bool, Any], reset: tuple[Any, Any] | None
-    ) -> tuple[Any, Any, bool, bool, Any]:
-        """A step's result; ``reset``: the reset that followed it (SAME_STEP), its info beside the final one."""
-        obs, reward, terminated, truncated, info = result
-        if reset is not None:
-            final_obs, final_info = obs, info
-            obs, info = reset
-            info = {"final_info": final_info, "final_obs": final_obs, **info}
-        self._autoreset = bool(terminated or truncated)
-        return obs, reward, terminated, truncated, _carry(info, reward)
-
-    def aenvs_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """``VectorEnv.call`` for this env: call attribute ``name``, or return it if not callable."""
-        attr = self.env.get_wrapper_attr(name)
-        return attr(*args, **kwargs) if callable(attr) else attr
-
-    def set_wrapper_attr(self, name: str, value: Any, *, force: bool = True) -> bool:
-        return self.env.set_wrapper_attr(name, value, force=force)
-
-
-def _lift_member_step(member: _Member) -> AsyncMethod:
-    return functools.partial(
-        member.coroutine_step, step=lifted(member.env, "step"), reset=lifted(member.env, "reset")
-    )
-
-
-register_lift("step", _Member.step, _lift_member_step)
-register_lift("reset", _Member.reset)  # only lays out what the env's reset returned
-
-
-def _build_member(context: EnvContext, *, env_fn: EnvFn, autoreset_mode: AutoresetMode) -> _Member:
-    env = build_env(env_fn, context)
-    if not isinstance(env, gym.Env):
-        raise TypeError(
-            f"env {context.env_index}: AsyncVectorEnv runs gymnasium envs, but the factory returned "
-            f"{type(env).__name__}"
-        )
-    return _Member(env, autoreset_mode)
-
-
-def _make_from_id(
-    env_id: str, kwargs: dict[str, Any], wrappers: Sequence[Callable[[gym.Env], gym.Env]]
-) -> Any:
-    env = gym.make(env_id, **kwargs)
-    for wrapper in wrappers:
-        env = wrapper(env)
-    return env
 
 
 # -- numpy <-> the pool's TensorDicts ----------------------------------------------------
@@ -303,12 +157,12 @@ def _action_writer(space: spaces.Space, path: Key, n: int) -> Callable[[Any, dic
 
 
 def _carries(td: TensorDictBase, n: int) -> list[Any] | None:
-    """Each env's :class:`_Carry` (or None) from the ``"info"`` entry of a batch, or None if none has one."""
+    """Each env's :class:`~aenvs._adapters.autoreset.Carry` (or None) from the ``"info"`` entry of a batch, or None if none has one."""
     info = td.get("info", None)
     if info is None:
         return None
     values = info.tolist() if hasattr(info, "tolist") else [info.data] * n
-    return [v if isinstance(v, _Carry) else None for v in values]
+    return [v if isinstance(v, Carry) else None for v in values]
 
 
 def _tree_copy(value: Any) -> Any:
@@ -358,15 +212,18 @@ class AsyncVectorEnv(VectorEnv):
 
     Errors inside an env surface as :class:`~aenvs.EnvError`. Spaces must have a fixed
     shape (Box, Discrete, MultiDiscrete, MultiBinary, and Dict / Tuple of them). Envs
-    whose ``step`` / ``reset`` are ``async def`` are awaited (see :func:`aenvs.gym.lifted`
+    whose ``step`` / ``reset`` are ``async def`` are awaited (see :func:`aenvs._adapters.gym_async.lifted`
     for the wrappers around them).
 
     Example:
         >>> import gymnasium as gym
-        >>> envs = AsyncVectorEnv([lambda: gym.make("CartPole-v1")] * 8, executor="process")
+        >>> from aenvs.gymnasium import AsyncVectorEnv
+        >>> envs = AsyncVectorEnv([lambda: gym.make("CartPole-v1")] * 8, executor="thread")
         >>> obs, infos = envs.reset(seed=0)
         >>> envs.step_async(envs.action_space.sample())
         >>> obs, rewards, terminations, truncations, infos = envs.step_wait()
+        >>> obs.shape, obs.dtype, rewards.dtype
+        ((8, 4), dtype('float32'), dtype('float64'))
         >>> envs.close()
     """
 
@@ -383,8 +240,8 @@ class AsyncVectorEnv(VectorEnv):
         loop: DriverKind = "auto",
         **pool_options: Any,
     ) -> None:
-        from aenvs.loop import make_driver
-        from aenvs.pool import AsyncEnvPool
+        from aenvs._loop import make_driver
+        from aenvs._pool import AsyncEnvPool
 
         self.env_fns = list(env_fns)
         if not self.env_fns:
@@ -397,7 +254,7 @@ class AsyncVectorEnv(VectorEnv):
         self.num_envs = len(self.env_fns)
         self._state = AsyncState.DEFAULT
         members = [
-            functools.partial(_build_member, env_fn=fn, autoreset_mode=self.autoreset_mode)
+            functools.partial(build_member, env_fn=fn, autoreset_mode=self.autoreset_mode)
             for fn in self.env_fns
         ]
         self._pool: AsyncEnvPool = AsyncEnvPool(
@@ -512,7 +369,7 @@ class AsyncVectorEnv(VectorEnv):
         """
         spec = copy.deepcopy(gym.spec(id))
         make_kwargs = {**spec.kwargs, **kwargs}
-        factory = functools.partial(_make_from_id, id, dict(kwargs), list(wrappers or ()))
+        factory = functools.partial(make_from_id, id, dict(kwargs), list(wrappers or ()))
         env = cls(
             [factory] * num_envs,
             executor=executor,
@@ -566,18 +423,8 @@ class AsyncVectorEnv(VectorEnv):
             driver.close()
 
     def __del__(self) -> None:
-        driver = self.__dict__.get("_driver")
-        if driver is None or driver.closed:
-            return
-        warnings.warn(f"{self!r} is not closed; killing its workers", ResourceWarning, stacklevel=1)
         self.closed = True
-        pool = self.__dict__["_pool"]
-        pool._closed = True
-        pool.executor.kill()
-        try:
-            driver.close()
-        except Exception:
-            pass
+        kill_dropped(self, self.__dict__.get("_pool"), self.__dict__.get("_driver"))
 
     @property
     def pool(self) -> AsyncEnvPool:
@@ -608,8 +455,10 @@ class AsyncVectorEnv(VectorEnv):
                 observations.
 
         Example:
+            >>> envs = AsyncVectorEnv.from_id("CartPole-v1", num_envs=4, executor="inline")
             >>> obs, infos = envs.reset(seed=0)
             >>> obs, infos = envs.reset(options={"reset_mask": np.array([True, False, True, False])})
+            >>> envs.close()
         """
         command = self._prepare_reset("reset", seed, options)
         return self._finish_reset(self._driver.run(self._reset, *command))
@@ -733,7 +582,7 @@ class AsyncVectorEnv(VectorEnv):
         Kept across an interrupted call (Ctrl-C, timeout): calling the ``*_wait`` method
         again carries on, as the results stay ready in the pool.
         """
-        from aenvs.errors import EnvError
+        from aenvs._errors import EnvError
 
         if self._received is not None:
             return self._received
@@ -760,7 +609,10 @@ class AsyncVectorEnv(VectorEnv):
             terminations and truncations bool, all of shape ``(num_envs,)``.
 
         Example:
+            >>> envs = AsyncVectorEnv.from_id("CartPole-v1", num_envs=4, executor="inline")
+            >>> obs, infos = envs.reset(seed=0)
             >>> obs, rewards, terminations, truncations, infos = envs.step(envs.action_space.sample())
+            >>> envs.close()
         """
         return self._finish_step(self._driver.run(self._step, self._prepare_step("step", actions)))
 
@@ -843,7 +695,10 @@ class AsyncVectorEnv(VectorEnv):
         """Call method ``name`` of every env (or get the attribute, if not callable); one result per env.
 
         Example:
-            >>> envs.call("render")
+            >>> envs = AsyncVectorEnv.from_id("CartPole-v1", num_envs=4, executor="inline")
+            >>> envs.call("get_wrapper_attr", "gravity")  # env.get_wrapper_attr("gravity") on every env
+            (9.8, 9.8, 9.8, 9.8)
+            >>> envs.close()
         """
         self._assert_idle("call")
         return tuple(self._driver.run(self._pool.call, "aenvs_call", name, args, kwargs))
@@ -852,8 +707,10 @@ class AsyncVectorEnv(VectorEnv):
         """Attribute ``name`` of every env, as ``call(name)``.
 
         Example:
+            >>> envs = AsyncVectorEnv.from_id("CartPole-v1", num_envs=4, executor="inline")
             >>> envs.get_attr("gravity")
             (9.8, 9.8, 9.8, 9.8)
+            >>> envs.close()
         """
         return self.call(name)
 
@@ -861,7 +718,11 @@ class AsyncVectorEnv(VectorEnv):
         """Set attribute ``name`` of every env: to ``values[i]`` for a list or tuple, else to ``values``.
 
         Example:
+            >>> envs = AsyncVectorEnv.from_id("CartPole-v1", num_envs=4, executor="inline")
             >>> envs.set_attr("gravity", [9.8, 1.6, 3.7, 24.8])
+            >>> envs.get_attr("gravity")
+            (9.8, 1.6, 3.7, 24.8)
+            >>> envs.close()
         """
         self._assert_idle("set_attr")
         if not isinstance(values, list | tuple):

@@ -14,7 +14,7 @@ import pytest
 import uvloop
 
 from aenvs import AsyncEnvPool
-from aenvs.zygote import zygote_pid
+from aenvs._zygote import zygote_pid
 from tests.ray_session import LOCAL_RAY, actors_left
 
 EXECUTORS = ["inline", "thread", "process", "ray"]

@@ -44,10 +44,10 @@ PRELOAD = (
     "cloudpickle",
     "torch",
     "tensordict",
-    "aenvs.runner",
-    "aenvs.native",
+    "aenvs._runner",
+    "aenvs._adapters.native",
     "aenvs.testing",
-    "aenvs.executors.ray_host",
+    "aenvs.executors._ray_host",
 )
 
 

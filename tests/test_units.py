@@ -8,9 +8,9 @@ from gymnasium import spaces
 
 import aenvs
 from aenvs import executors
-from aenvs.buffers import Buffers
-from aenvs.seeding import next_seed, seed_chain
-from aenvs.specs import EnvSpec, space_leaves
+from aenvs._buffers import Buffers
+from aenvs._seeding import next_seed, seed_chain
+from aenvs._specs import EnvSpec, space_leaves
 
 
 def test_public_names_are_exported_and_sorted() -> None:
@@ -142,7 +142,7 @@ class _ContextFactory:
 def test_build_env_passes_the_context_to_each_kind_of_factory() -> None:
     """Whether a factory takes the context is looked up once per factory and kept (weakly);
     factories that cannot be kept (unhashable) are inspected each time, with the same answer."""
-    from aenvs.gym import build_env
+    from aenvs._adapters import build_env
 
     def with_context(context: aenvs.EnvContext) -> str:
         assert context.env_index in (0, 1)

@@ -6,23 +6,38 @@
 ``process`` in worker processes, results in shared memory
 ``ray``     in Ray actors, on this machine or a cluster (``aenvs[ray]``)
 ==========  ==========================================================
+
+Writing an executor of your own: subclass :class:`Executor`, declare its
+:class:`Capabilities`, host the envs in :class:`EnvRunner` s (one per worker), give the
+pool its result rows (:class:`Buffers`), turn each :class:`Command` into one
+:class:`Completion` per env, and prove it with :func:`aenvs.testing.check_executor`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from aenvs.executors.base import Executor
-from aenvs.executors.inline import InlineExecutor
-from aenvs.executors.process import ProcessExecutor
-from aenvs.executors.ray import RayExecutor
-from aenvs.executors.thread import ThreadExecutor
+from aenvs._buffers import Buffers
+from aenvs._commands import Command, CommandKind, Completion, RemoteError
+from aenvs._runner import EnvRunner
+from aenvs.executors._base import Capabilities, Executor
+from aenvs.executors._inline import InlineExecutor
+from aenvs.executors._process import ProcessExecutor
+from aenvs.executors._ray import RayExecutor
+from aenvs.executors._thread import ThreadExecutor
 
 __all__ = [
+    "Buffers",
+    "Capabilities",
+    "Command",
+    "CommandKind",
+    "Completion",
+    "EnvRunner",
     "Executor",
     "InlineExecutor",
     "ProcessExecutor",
     "RayExecutor",
+    "RemoteError",
     "ThreadExecutor",
     "make_executor",
     "register_executor",
@@ -45,6 +60,7 @@ def make_executor(executor: str | Executor, **options: object) -> Executor:
     """Resolve an executor name (with options such as ``envs_per_worker``) or pass an instance through.
 
     Example:
+        >>> from aenvs.executors import make_executor
         >>> make_executor("thread", envs_per_worker=2).envs_per_worker
         2
     """

@@ -14,7 +14,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from aenvs import AsyncEnvPool, EnvError
-from aenvs.env import Env
+from aenvs._env import Env
 from aenvs.testing import echo_env_fns
 from tests.faults.support import echo_actions
 

@@ -25,9 +25,8 @@ from typing import Any
 import gymnasium as gym
 import pytest
 
-from aenvs import gym as aenvs_gym
-from aenvs.env import EnvContext
-from aenvs.gym import build_env
+from aenvs._adapters import build_env, building as aenvs_building
+from aenvs._env import EnvContext
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = 4  # env modules per package, built by as many threads at once
@@ -80,8 +79,8 @@ def run_fresh(code: str, *args: str, timeout: float = 120) -> Any:
 BUILD_FROM_THREADS = """
 import functools, importlib, json, sys, threading
 import gymnasium as gym
-from aenvs.env import EnvContext
-from aenvs.gym import build_env
+from aenvs._env import EnvContext
+from aenvs._adapters import build_env
 
 def closure(env_id):  # CleanRL's make_env: a thunk closing over the id
     def thunk():
@@ -205,7 +204,7 @@ def test_later_builds_of_a_kind_overlap() -> None:
 def test_a_factory_building_envs_on_other_threads_does_not_deadlock(monkeypatch: pytest.MonkeyPatch) -> None:
     """A first build holds the build lock; a factory that waits for envs built on other
     threads (a nested pool) gets them once the bounded wait for the lock is over."""
-    monkeypatch.setattr(aenvs_gym, "_BUILD_LOCK_WAIT", 0.2)
+    monkeypatch.setattr(aenvs_building, "_BUILD_LOCK_WAIT", 0.2)
 
     class Inner(gym.Env):
         observation_space = gym.spaces.Discrete(2)

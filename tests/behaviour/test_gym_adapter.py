@@ -15,8 +15,8 @@ from gymnasium import spaces
 from tensordict import TensorDict
 
 from aenvs import EnvContext, EnvError
-from aenvs.gym import make_adapter
-from aenvs.specs import action_reader
+from aenvs._adapters import make_adapter
+from aenvs._specs import action_reader
 
 # -- actions in the action space's own dtypes ----------------------------------------------
 

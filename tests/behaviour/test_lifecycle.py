@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from aenvs import AsyncEnvPool, EnvError, EnvState, PoolClosedError
-from aenvs.seeding import seed_chain
+from aenvs._seeding import seed_chain
 from aenvs.testing import echo_env_fns
 from tests.helpers import actions
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from aenvs import AsyncEnvPool
-from aenvs.zygote import zygote_pid
+from aenvs._zygote import zygote_pid
 from tests.helpers import SHM_PREFIX, SharedMemory, shared_memory_of
 from tests.ray_session import actors_left
 

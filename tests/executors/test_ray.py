@@ -22,7 +22,7 @@ import torch
 from tensordict import TensorDict
 
 from aenvs import AsyncEnvPool, EnvContext, EnvCrashedError
-from aenvs.commands import CommandKind
+from aenvs._commands import CommandKind
 from aenvs.executors import RayExecutor, make_executor
 from aenvs.testing import EchoEnv, echo_env_fns
 from tests.helpers import Gate, actions, assert_gone, gated_env_fns
@@ -43,7 +43,7 @@ def test_missing_ray_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_importing_aenvs_imports_no_ray() -> None:
-    code = "import sys, aenvs, aenvs.executors, aenvs.pool; assert 'ray' not in sys.modules"
+    code = "import sys, aenvs, aenvs.executors, aenvs._pool; assert 'ray' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=WAIT)
 
 

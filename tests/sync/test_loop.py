@@ -15,7 +15,7 @@ import uvloop
 from tensordict import TensorDict
 
 from aenvs import SerialEnv
-from aenvs.loop import PortalLoop, PrivateLoop, make_driver, new_event_loop
+from aenvs._loop import PortalLoop, PrivateLoop, make_driver, new_event_loop
 from aenvs.testing import echo_env_fns
 from tests.helpers import Gate
 from tests.sync.sync_envs import hold_at_step_env_fn, holding_env_fn

@@ -12,7 +12,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from aenvs import EnvBusyError, ParallelEnv, PoolClosedError, SerialEnv, step_mdp
-from aenvs.seeding import seed_chain
+from aenvs._seeding import seed_chain
 from aenvs.testing import EchoEnv, echo_env_fns
 from tests.sync.sync_envs import ValEnv, marking_env_fn, wait_for_files
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import aenvs
-from aenvs.seeding import seed_chain
+from aenvs._seeding import seed_chain
 from tests.torchrl.support import import_torchrl
 
 pytestmark = pytest.mark.torchrl

@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDictBase
 
 import aenvs
-from aenvs.seeding import seed_chain
+from aenvs._seeding import seed_chain
 from tests.torchrl.support import collector_class, import_torchrl
 
 pytestmark = pytest.mark.torchrl

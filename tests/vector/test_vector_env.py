@@ -25,7 +25,7 @@ from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 from aenvs import EnvError
-from aenvs.errors import EnvTimeoutError, VectorEnvTimeoutError
+from aenvs._errors import EnvTimeoutError, VectorEnvTimeoutError
 from aenvs.gymnasium import AsyncVectorEnv
 from tests.helpers import Gate
 from tests.vector.vector_envs import SPACES, CoroutineSpaceEnv, FailingEnv, GatedSpaceEnv, SpaceEnv

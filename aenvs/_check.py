@@ -1,0 +1,238 @@
+"""Checking envs against their specs, and sampling actions from them.
+
+:func:`check_env_specs` runs a short rollout and checks every entry of every env
+against the gymnasium spaces the env declares (keys, shapes, dtypes, and bounds where
+they are finite); :func:`random_actions` draws actions for a batch of envs with
+torch's RNG, as TorchRL's ``rand_action`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict, TensorDictBase, lazy_stack
+
+from aenvs._errors import AenvsError
+from aenvs._specs import EnvSpec, Key, Leaf, observation_root
+
+__all__ = ["EnvSpecError", "check_env_specs", "random_actions"]
+
+
+class EnvSpecError(AenvsError, AssertionError):
+    """An env's output does not match its specs; the message names the env, the key and the mismatch.
+
+    An ``AssertionError`` too, as TorchRL's ``check_env_specs`` raises.
+    """
+
+
+# -- random actions -----------------------------------------------------------------------
+
+
+def _torch_dtype(dtype: Any) -> torch.dtype:
+    return torch.from_numpy(np.empty(0, np.dtype(dtype))).dtype
+
+
+def _sample(space: spaces.Space, n: int, generator: torch.Generator | None) -> Any:
+    """``n`` samples of ``space`` stacked on a first dim: a tensor, or a dict for Dict / Tuple."""
+    if isinstance(space, spaces.Dict):
+        return {k: _sample(sub, n, generator) for k, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return {str(i): _sample(sub, n, generator) for i, sub in enumerate(space.spaces)}
+    if isinstance(space, spaces.Discrete):
+        start = int(space.start)
+        return torch.randint(start, start + int(space.n), (n,), generator=generator)
+    if isinstance(space, spaces.MultiDiscrete):
+        nvec = torch.as_tensor(np.asarray(space.nvec), dtype=torch.float64)
+        start = torch.as_tensor(np.asarray(space.start), dtype=torch.int64)
+        u = torch.rand((n, *nvec.shape), generator=generator, dtype=torch.float64)
+        return (u * nvec).floor().to(torch.int64) + start
+    if isinstance(space, spaces.MultiBinary):
+        return torch.randint(0, 2, (n, *space.shape), generator=generator).to(torch.int8)
+    if isinstance(space, spaces.Box):
+        dtype = _torch_dtype(space.dtype)
+        shape = (n, *space.shape)
+        if dtype == torch.bool:
+            return torch.randint(0, 2, shape, generator=generator).bool()
+        low = torch.as_tensor(np.asarray(space.low, dtype=np.float64))
+        high = torch.as_tensor(np.asarray(space.high, dtype=np.float64))
+        u = torch.rand(shape, generator=generator, dtype=torch.float64)
+        if not dtype.is_floating_point:
+            return (low + (u * (high - low + 1)).floor()).clamp(low, high).to(dtype)
+        bounded = torch.isfinite(low) & torch.isfinite(high)
+        normal = torch.randn(shape, generator=generator, dtype=torch.float64)
+        value = torch.where(bounded, low + u * (high - low), normal)
+        value = torch.where(torch.isfinite(low) & ~bounded, low + normal.abs(), value)
+        value = torch.where(torch.isfinite(high) & ~bounded, high - normal.abs(), value)
+        return value.to(dtype)
+    raise TypeError(f"cannot sample actions from {space}: only fixed-shape gymnasium spaces are supported")
+
+
+def random_actions(
+    action_spaces: Sequence[spaces.Space],
+    *,
+    dense: bool = True,
+    generator: torch.Generator | None = None,
+) -> TensorDictBase:
+    """One random action per env under ``"action"`` (laid out as the pool reads actions).
+
+    ``dense``: every env has the same action space (one draw for the batch); else the
+    actions are drawn per env and stacked lazily.
+
+    Example:
+        >>> td = random_actions([spaces.Discrete(2)] * 3)
+        >>> td["action"].shape, td["action"].dtype
+        (torch.Size([3]), torch.int64)
+    """
+    if dense:
+        n = len(action_spaces)
+        return TensorDict({"action": _sample(action_spaces[0], n, generator)}, batch_size=[n])
+    rows = [
+        TensorDict({"action": _sample(space, 1, generator)}, batch_size=[1])[0] for space in action_spaces
+    ]
+    return lazy_stack(rows)
+
+
+# -- checking ---------------------------------------------------------------------------------
+
+
+class _Checkable(Protocol):
+    """What :func:`check_env_specs` needs: the sync shim's surface."""
+
+    @property
+    def env_specs(self) -> list[EnvSpec]: ...
+
+    def reset(self, tensordict: TensorDictBase | None = None) -> TensorDictBase: ...
+
+    def rollout(self, max_steps: int, *args: Any, **kwargs: Any) -> TensorDictBase: ...
+
+
+def _space_items(space: spaces.Space, path: Key) -> Iterator[tuple[Key, spaces.Space]]:
+    """(key, leaf space) pairs of a space, as :func:`aenvs._specs.space_leaves` lays them out."""
+    if isinstance(space, spaces.Dict):
+        for k, sub in space.spaces.items():
+            yield from _space_items(sub, (*path, k))
+    elif isinstance(space, spaces.Tuple):
+        for i, sub in enumerate(space.spaces):
+            yield from _space_items(sub, (*path, str(i)))
+    else:
+        yield path, space
+
+
+def _bounds_error(space: spaces.Space, value: torch.Tensor) -> str | None:
+    """Why ``value`` (a batch of samples) is out of ``space``'s bounds, or None."""
+    v = value.detach().to(torch.float64) if value.dtype != torch.bool else value.to(torch.float64)
+    if isinstance(space, spaces.Discrete):
+        low, high = int(space.start), int(space.start) + int(space.n) - 1
+        bad = (v < low) | (v > high)
+        if bool(bad.any()):
+            return f"value {v[bad][0].item():g} outside [{low}, {high}]"
+        return None
+    if isinstance(space, spaces.MultiDiscrete):
+        low = torch.as_tensor(np.asarray(space.start), dtype=torch.float64)
+        high = low + torch.as_tensor(np.asarray(space.nvec), dtype=torch.float64) - 1
+    elif isinstance(space, spaces.MultiBinary):
+        low, high = (
+            torch.zeros(space.shape, dtype=torch.float64),
+            torch.ones(space.shape, dtype=torch.float64),
+        )
+    elif isinstance(space, spaces.Box):
+        low = torch.as_tensor(np.asarray(space.low, dtype=np.float64))
+        high = torch.as_tensor(np.asarray(space.high, dtype=np.float64))
+    else:
+        return None
+    bad = ((v < low) & torch.isfinite(low)) | ((v > high) & torch.isfinite(high))
+    if bool(bad.any()):
+        position = bad.nonzero()[0].tolist()
+        return (
+            f"value {v[tuple(position)].item():g} at index {position[1:] or []} is outside "
+            f"[{low.broadcast_to(v.shape)[tuple(position)].item():g}, "
+            f"{high.broadcast_to(v.shape)[tuple(position)].item():g}]"
+        )
+    return None
+
+
+def _check_leaf(
+    td: TensorDictBase,
+    key: Key,
+    leaf: Leaf,
+    space: spaces.Space | None,
+    who: str,
+    where: str,
+) -> None:
+    name = ".".join(key)
+    value = td.get(key, None)
+    if value is None:
+        raise EnvSpecError(f"{who}: the {where} has no {name!r} entry; its specs give {leaf.describe()}")
+    if not isinstance(value, torch.Tensor):
+        raise EnvSpecError(f"{who}: {name!r} in the {where} is {type(value).__name__}, not a tensor")
+    shape = tuple(value.shape[td.batch_dims :])
+    if shape != tuple(leaf.shape):
+        raise EnvSpecError(
+            f"{who}: {name!r} in the {where} has shape {shape} per step, its specs say {tuple(leaf.shape)}"
+        )
+    expected = _torch_dtype(leaf.dtype)
+    if value.dtype != expected:
+        raise EnvSpecError(
+            f"{who}: {name!r} in the {where} has dtype {value.dtype}, its specs say {expected}"
+        )
+    if space is not None:
+        why = _bounds_error(space, value)
+        if why is not None:
+            raise EnvSpecError(f"{who}: {name!r} in the {where} is out of its space {space}: {why}")
+
+
+def _check_env(td: TensorDictBase, spec: EnvSpec, who: str) -> None:
+    """Check one env's trajectory (batch ``[T]``) against its spec."""
+    obs = dict(_space_items(spec.observation_space, observation_root(spec.observation_space)))
+    actions = dict(_space_items(spec.action_space, ("action",)))
+    spaces_by_key: dict[Key, spaces.Space] = {**obs, **actions, ("reward",): spec.reward_space}
+    nxt = td.get("next", None)
+    if not isinstance(nxt, TensorDictBase):
+        raise EnvSpecError(f"{who}: the step output has no 'next' entry")
+    for leaf in spec.step_leaves:
+        _check_leaf(nxt, leaf.key, leaf, spaces_by_key.get(leaf.key), who, "step output ('next')")
+    for leaf in spec.reset_leaves:  # the reset's, where the step outputs were already checked
+        _check_leaf(td, leaf.key, leaf, spaces_by_key.get(leaf.key), who, "input (reset or previous step)")
+    for leaf in spec.action_leaves:
+        _check_leaf(td, leaf.key, leaf, spaces_by_key.get(leaf.key), who, "input")
+    for where, flags in (("input", td), ("step output ('next')", nxt)):
+        done, terminated, truncated = (flags.get(k) for k in ("done", "terminated", "truncated"))
+        if not torch.equal(done, terminated | truncated):
+            raise EnvSpecError(f"{who}: 'done' in the {where} is not 'terminated' or 'truncated'")
+
+
+def check_env_specs(env: _Checkable, max_steps: int = 3, *, seed: int | None = None) -> None:
+    """Run a short rollout and check every output against the envs' specs.
+
+    Checks, for every env: each observation, action, reward and done / terminated /
+    truncated entry is there, with the shape and dtype its spaces give, within their
+    bounds where finite, and ``done == terminated | truncated``.
+
+    Args:
+        env: a :class:`~aenvs.SerialEnv` / :class:`~aenvs.ParallelEnv`.
+        max_steps: steps of the rollout (done envs are reset and go on).
+        seed: seed the envs first (``env.set_seed``).
+
+    Raises:
+        EnvSpecError: naming the env, the key and the mismatch.
+
+    Example:
+        >>> import gymnasium
+        >>> from aenvs import SerialEnv, check_env_specs
+        >>> with SerialEnv(2, lambda: gymnasium.make("CartPole-v1")) as env:
+        ...     check_env_specs(env)  # raises EnvSpecError on a mismatch
+    """
+    if seed is not None:
+        env.set_seed(seed)  # pyright: ignore[reportAttributeAccessIssue]
+    specs = env.env_specs
+    trajectory = env.rollout(max_steps, break_when_any_done=False)
+    for i, spec in enumerate(specs):
+        _check_env(trajectory[i], spec, f"env {i} ({_describe(spec)})")
+
+
+def _describe(spec: EnvSpec) -> str:
+    return f"observation space {spec.observation_space}, action space {spec.action_space}"

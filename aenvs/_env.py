@@ -1,0 +1,113 @@
+"""The native env interface (TensorDicts in and out, sync or async) and its context."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from gymnasium import spaces
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+    from tensordict import TensorDictBase
+
+__all__ = ["Env", "EnvContext", "EnvState"]
+
+
+@dataclass(frozen=True, slots=True)
+class EnvContext:
+    """Where an env lives in its pool; given to env factories that take an argument.
+
+    Example:
+        >>> import gymnasium
+        >>> from aenvs import EnvContext, SerialEnv
+        >>> def make_env(ctx: EnvContext):  # a different gravity for each env
+        ...     return gymnasium.make("Pendulum-v1", g=9.0 + ctx.env_index)
+        >>> with SerialEnv(3, make_env) as env:
+        ...     env.g
+        [9.0, 10.0, 11.0]
+    """
+
+    env_index: int
+    worker_index: int
+    num_envs: int
+    seed: int | None = None
+
+
+class EnvState(enum.Enum):
+    """Where an env slot of a pool stands.
+
+    VOID: no env (not started, or closed). INIT: built, never reset. RESET: a reset
+    is in flight. RUN: inside an episode. DONE: the last step ended the episode.
+    ERROR: the last command failed.
+    """
+
+    VOID = "void"
+    INIT = "init"
+    RESET = "reset"
+    RUN = "run"
+    DONE = "done"
+    ERROR = "error"
+
+
+class Env:
+    """Base class of native aenvs envs: TensorDicts in and out.
+
+    Subclasses set ``observation_space`` and ``action_space`` (gymnasium spaces;
+    they fix the keys, shapes and dtypes, laid out as for gymnasium envs) and
+    implement ``reset`` and ``step``, either as plain methods or as ``async def``
+    coroutines. ``reset`` returns the observation entries; ``step`` gets a
+    TensorDict with the action entries and returns the observation entries plus
+    ``"reward"`` and ``"terminated"`` (``"truncated"`` is optional), as a TensorDict
+    or, cheaper to build on a hot path, a plain dict of tensors, arrays and numbers.
+    Any other entry returned is passed through as is. The TensorDict ``step`` gets is
+    reused from step to step with fresh tensors in it: keep its tensors, not the
+    TensorDict itself.
+
+    Example:
+        >>> import torch
+        >>> from gymnasium import spaces
+        >>> from tensordict import TensorDict
+        >>> from aenvs import Env, SerialEnv
+        >>> class Counter(Env):
+        ...     observation_space = spaces.Box(0, 100, (1,))
+        ...     action_space = spaces.Discrete(2)
+        ...     def reset(self, *, seed=None, options=None):
+        ...         self.n = 0
+        ...         return TensorDict(observation=torch.zeros(1))
+        ...     def step(self, td):
+        ...         self.n += int(td["action"])
+        ...         return TensorDict(
+        ...             observation=torch.full((1,), float(self.n)),
+        ...             reward=torch.ones(1),
+        ...             terminated=torch.tensor([self.n >= 10]),
+        ...         )
+        >>> with SerialEnv(2, Counter) as env:
+        ...     traj = env.rollout(3, policy=lambda td: td.set("action", torch.ones(2).long()))
+        >>> traj["next", "observation"][0].flatten().tolist()
+        [1.0, 2.0, 3.0]
+    """
+
+    observation_space: spaces.Space
+    action_space: spaces.Space
+    reward_space: ClassVar[spaces.Space | None] = None
+    metadata: ClassVar[dict[str, Any]] = {}
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> TensorDictBase | Awaitable[TensorDictBase]:
+        raise NotImplementedError
+
+    def step(self, td: TensorDictBase) -> TensorDictBase | Awaitable[TensorDictBase]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the env holds; called once when its pool closes."""
+
+
+EnvFn = Callable[..., Any] | str
+"""An env factory: a gymnasium id, or a callable returning a gymnasium env, an
+:class:`~aenvs.Env` or a TorchRL env, optionally taking an :class:`~aenvs.EnvContext`."""

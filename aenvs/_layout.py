@@ -1,0 +1,28 @@
+"""TorchRL's data-layout helpers."""
+
+from __future__ import annotations
+
+from tensordict import TensorDictBase
+
+__all__ = ["step_mdp"]
+
+
+def step_mdp(td: TensorDictBase, *, keep_reward: bool = False) -> TensorDictBase:
+    """Move ``"next"`` to the root: the input of the following step.
+
+    Keeps ``"env_index"`` and drops ``"reward"`` (unless ``keep_reward``) as TorchRL does.
+
+    Example:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from aenvs import step_mdp
+        >>> td = TensorDict({"action": torch.zeros(2), "next": {"observation": torch.ones(2), "reward": torch.ones(2)}}, [2])
+        >>> sorted(step_mdp(td).keys())
+        ['observation']
+    """
+    nxt = td.get("next").copy()
+    if not keep_reward and "reward" in nxt.keys():
+        nxt = nxt.exclude("reward")
+    if "env_index" in td.keys() and "env_index" not in nxt.keys():
+        nxt.set("env_index", td.get("env_index"))
+    return nxt

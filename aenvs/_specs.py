@@ -1,0 +1,231 @@
+"""Gymnasium spaces as fixed-shape leaves: the data layout of every env in a pool.
+
+A *leaf* is one entry of an env's TensorDict: its nested key, its per-env shape and
+its dtype. Spaces flatten into leaves (a ``Box`` observation is the leaf
+``("observation",)``, a ``Dict`` space gives one leaf per sub-space), and a pool
+allocates one buffer per leaf with one row per env. Spaces that have no fixed
+shape (``Text``, ``Sequence``, ``Graph``...) give no leaf: their values travel as
+non-tensor data.
+
+This module imports no torch, so that worker processes hosting gymnasium envs
+stay small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+__all__ = [
+    "DONE_KEYS",
+    "EnvSpec",
+    "Leaf",
+    "action_leaves",
+    "observation_leaves",
+    "space_leaves",
+]
+
+Key = tuple[str, ...]
+
+FLAG_SHAPE = (1,)
+DONE_KEYS: tuple[Key, ...] = (("done",), ("terminated",), ("truncated",))
+REWARD_KEY: Key = ("reward",)
+
+
+@dataclass(frozen=True, slots=True)
+class Leaf:
+    """One fixed-shape entry of an env's data: key, per-env shape and dtype.
+
+    Example:
+        >>> Leaf(("observation",), (4,), np.dtype("float32")).key
+        ('observation',)
+    """
+
+    key: Key
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def describe(self) -> str:
+        return f"shape {tuple(self.shape)} and dtype {self.dtype}"
+
+
+def space_leaves(space: spaces.Space, path: Key) -> list[Leaf]:
+    """Flatten a gymnasium space into the fixed-shape leaves it stores at ``path``.
+
+    Example:
+        >>> space = spaces.Dict({"pos": spaces.Box(-1, 1, (2,)), "n": spaces.Discrete(3)})
+        >>> [leaf.key for leaf in space_leaves(space, ())]
+        [('n',), ('pos',)]
+    """
+    if isinstance(space, spaces.Box):
+        return [Leaf(path, tuple(space.shape), np.dtype(space.dtype))]
+    if isinstance(space, spaces.Discrete):
+        return [Leaf(path, (), np.dtype(np.int64))]
+    if isinstance(space, spaces.MultiDiscrete):
+        return [Leaf(path, tuple(space.shape), np.dtype(np.int64))]
+    if isinstance(space, spaces.MultiBinary):
+        return [Leaf(path, tuple(space.shape), np.dtype(np.int8))]
+    if isinstance(space, spaces.Dict):
+        return [leaf for k, sub in space.spaces.items() for leaf in space_leaves(sub, (*path, k))]
+    if isinstance(space, spaces.Tuple):
+        return [leaf for i, sub in enumerate(space.spaces) for leaf in space_leaves(sub, (*path, str(i)))]
+    return []  # no fixed shape: carried as non-tensor data
+
+
+def observation_root(space: spaces.Space) -> Key:
+    """Where an observation space's values live: a Dict at the root, the rest under "observation"."""
+    return () if isinstance(space, spaces.Dict) else ("observation",)
+
+
+def observation_leaves(space: spaces.Space) -> list[Leaf]:
+    return space_leaves(space, observation_root(space))
+
+
+def action_leaves(space: spaces.Space) -> list[Leaf]:
+    return space_leaves(space, ("action",))
+
+
+def flatten_value(space: spaces.Space, value: Any, path: Key) -> Iterator[tuple[Key, Any]]:
+    """Yield ``(key, value)`` for every part of ``value`` laid out as ``space`` says."""
+    if isinstance(space, spaces.Dict):
+        for k, sub in space.spaces.items():
+            yield from flatten_value(sub, value[k], (*path, k))
+    elif isinstance(space, spaces.Tuple):
+        for i, sub in enumerate(space.spaces):
+            yield from flatten_value(sub, value[i], (*path, str(i)))
+    else:
+        yield path, value
+
+
+def action_reader(
+    space: spaces.Space, buffers: Mapping[Key, np.ndarray], path: Key = ("action",)
+) -> Callable[[int], Any]:
+    """A function reading one env's action out of per-leaf buffers, as ``space`` expects it.
+
+    Built once per env, so that a step pays no dispatch on the space's type. ``Discrete``
+    and ``MultiDiscrete`` actions are stored as int64 whatever their space's dtype; the
+    env gets them back in that dtype (a ``Discrete`` of the default int64 as a python
+    ``int``, others as the dtype's numpy scalar, as gymnasium's vector envs hand them
+    over), so that ``action in env.action_space`` holds. A value the dtype cannot hold
+    stays int64 (the env's own check then refuses it) instead of wrapping around into
+    another, valid-looking action.
+
+    Example:
+        >>> read = action_reader(spaces.Discrete(3), {("action",): np.array([2, 0])})
+        >>> read(0)
+        2
+        >>> read = action_reader(spaces.Discrete(3, dtype=np.int8), {("action",): np.array([2, 0])})
+        >>> read(0)
+        np.int8(2)
+    """
+    if isinstance(space, spaces.Dict):
+        parts = {k: action_reader(sub, buffers, (*path, k)) for k, sub in space.spaces.items()}
+        return lambda row: {k: read(row) for k, read in parts.items()}
+    if isinstance(space, spaces.Tuple):
+        items = [action_reader(sub, buffers, (*path, str(i))) for i, sub in enumerate(space.spaces)]
+        return lambda row: tuple(read(row) for read in items)
+    buf = buffers[path]
+    if isinstance(space, spaces.Discrete | spaces.MultiDiscrete) and space.dtype != buf.dtype:
+        return _integer_reader(buf, np.dtype(space.dtype), isinstance(space, spaces.Discrete))
+    if isinstance(space, spaces.Discrete):
+        return lambda row: int(buf[row])
+    # a copy: the row is overwritten by the next send, and envs may keep what they get
+    return lambda row: buf[row].copy()
+
+
+def _integer_reader(buf: np.ndarray, dtype: np.dtype, scalar: bool) -> Callable[[int], Any]:
+    """Read a row of int64 ``buf`` as ``dtype`` (a numpy scalar if ``scalar``), if it fits."""
+    info = np.iinfo(dtype)
+    low, high = int(info.min), int(info.max)
+    if scalar:
+        to_scalar = dtype.type
+
+        def read_scalar(row: int) -> Any:
+            value = buf[row]
+            return to_scalar(value) if low <= value <= high else value
+
+        return read_scalar
+
+    def read_array(row: int) -> np.ndarray:
+        values = buf[row]
+        if values.size and (values.min() < low or values.max() > high):
+            return values.copy()
+        return values.astype(dtype)  # a new array: envs may keep what they get
+
+    return read_array
+
+
+def _flag_leaves() -> list[Leaf]:
+    return [Leaf(k, FLAG_SHAPE, np.dtype(bool)) for k in DONE_KEYS]
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What one env looks like from outside: its spaces and the leaves they flatten to.
+
+    Attributes:
+        observation_space, action_space, reward_space: gymnasium spaces.
+        reset_leaves: fixed-shape entries of a reset result (observations and flags).
+        step_leaves: fixed-shape entries of a step result (observations, reward, flags).
+        action_leaves: fixed-shape entries a step takes.
+
+    Example:
+        >>> from gymnasium import spaces
+        >>> from aenvs import EnvSpec
+        >>> spec = EnvSpec.from_spaces(spaces.Box(-1, 1, (3,)), spaces.Discrete(2))
+        >>> [leaf.key for leaf in spec.step_leaves]
+        [('observation',), ('reward',), ('done',), ('terminated',), ('truncated',)]
+    """
+
+    observation_space: spaces.Space
+    action_space: spaces.Space
+    reward_space: spaces.Space = field(
+        default_factory=lambda: spaces.Box(-np.inf, np.inf, FLAG_SHAPE, np.float32)
+    )
+    reset_leaves: tuple[Leaf, ...] = ()
+    step_leaves: tuple[Leaf, ...] = ()
+    action_leaves: tuple[Leaf, ...] = ()
+
+    @classmethod
+    def from_spaces(
+        cls,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        reward_space: spaces.Space | None = None,
+    ) -> EnvSpec:
+        reward_space = reward_space or spaces.Box(-np.inf, np.inf, FLAG_SHAPE, np.float32)
+        obs = observation_leaves(observation_space)
+        reward = Leaf(REWARD_KEY, FLAG_SHAPE, np.dtype(np.float32))
+        return cls(
+            observation_space,
+            action_space,
+            reward_space,
+            reset_leaves=(*obs, *_flag_leaves()),
+            step_leaves=(*obs, reward, *_flag_leaves()),
+            action_leaves=tuple(action_leaves(action_space)),
+        )
+
+    @property
+    def observation_keys(self) -> tuple[Key, ...]:
+        return tuple(leaf.key for leaf in observation_leaves(self.observation_space))
+
+    @property
+    def layout(self) -> tuple[tuple[Leaf, ...], tuple[Leaf, ...]]:
+        """What must agree between envs for their data to stack densely."""
+        return self.step_leaves, self.action_leaves
+
+    def layout_difference(self, other: EnvSpec) -> str | None:
+        """Name the first key whose shape or dtype differs from ``other``, or None."""
+        mine = {leaf.key: leaf for leaf in (*self.step_leaves, *self.action_leaves)}
+        theirs = {leaf.key: leaf for leaf in (*other.step_leaves, *other.action_leaves)}
+        for key in sorted(mine.keys() | theirs.keys()):
+            a, b = mine.get(key), theirs.get(key)
+            if a is None or b is None:
+                return f"key {'.'.join(key)!r} is missing in one of them"
+            if a != b:
+                return f"key {'.'.join(key)!r} has {a.describe()} against {b.describe()}"
+        return None

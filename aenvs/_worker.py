@@ -1,0 +1,94 @@
+"""The entry point of worker processes: host some envs, run commands from the pipe.
+
+Imports no torch (unless an env factory does), so workers hosting gymnasium envs
+start in a fraction of a second and stay small. The protocol on the pipe:
+
+    (forked by :mod:`aenvs._zygote` with the env factories already unpickled)
+    worker -> parent   ("built", {env_index: EnvSpec}) or ("failed", EnvError)
+    parent -> worker   (all specs, arena size), then the arena's fd (SCM_RIGHTS)
+    parent -> worker   Command, ...; None to stop
+    worker -> parent   [Completion, ...] per command (results sit in shared memory)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import pickle
+import signal
+import sys
+from multiprocessing import reduction
+from multiprocessing.connection import Connection
+from typing import Any
+
+from aenvs._commands import Completion, RemoteError
+from aenvs._errors import EnvError
+from aenvs._runner import EnvRunner
+from aenvs._shm import SharedArena
+
+__all__ = ["WORKER_ENV_VAR", "worker_main"]
+
+# Set in processes that exist only to host envs (process workers, Ray actors), so that
+# faults which end or reconfigure a whole process refuse to run in the user's own.
+WORKER_ENV_VAR = "AENVS_WORKER"
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Ask the kernel for SIGKILL when our parent dies (the zygote for a worker, the pool's
+    process for the zygote), so no worker outlives its pool, even one stuck in a step."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() == 1:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def _send(conn: Connection, completions: list[Completion]) -> None:
+    # Plain pickle, not the Connection's ForkingPickler: torch registers reductions there
+    # that would send tensors through a resource sharer instead of by value.
+    try:
+        data = pickle.dumps(completions, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # an env returned something that cannot travel: its result becomes an error
+        error = RemoteError.capture(exc)
+        data = pickle.dumps([Completion(c.env_index, c.kind, error=error) for c in completions])
+    conn.send_bytes(data)
+
+
+def worker_main(pipe_fd: int, env_args: tuple[Any, Any, Any], worker_index: int, num_envs: int) -> None:
+    """Build the envs of ``env_args`` (factories, seeds, make kwargs by env index) and serve
+    commands from the pipe until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    os.environ[WORKER_ENV_VAR] = "process"  # this process hosts envs only (see aenvs.testing)
+    die_with_parent()
+    conn = Connection(pipe_fd)
+    runner: EnvRunner | None = None
+    try:
+        env_fns, seeds, make_kwargs = env_args
+        try:
+            runner = EnvRunner.build(
+                env_fns, num_envs=num_envs, worker_index=worker_index, seeds=seeds, make_kwargs=make_kwargs
+            )
+        except EnvError as err:
+            conn.send_bytes(pickle.dumps(("failed", err)))
+            return
+        conn.send_bytes(pickle.dumps(("built", runner.specs)))
+        specs, size = pickle.loads(conn.recv_bytes())
+        arena = SharedArena.attach(reduction.recv_handle(conn), size, specs)
+        arena.close_fd()
+        runner.attach({i: arena.buffers.rows(i) for i in runner.env_indices})
+        while True:
+            command = pickle.loads(conn.recv_bytes())
+            if command is None:
+                break
+            _send(conn, runner.execute(command))
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        pass  # the parent is gone: nobody to answer
+    finally:
+        if runner is not None:
+            runner.close()
+        conn.close()

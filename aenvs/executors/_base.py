@@ -1,0 +1,263 @@
+"""The executor interface: moving commands out to envs and completions back.
+
+An executor is mechanism only. It builds the envs (inside its workers, through
+:class:`~aenvs._runner.EnvRunner`), hands each command to the workers hosting its
+envs, and queues the completions that come back. Batching, env states, routing,
+stacking and the error policy are the pool's.
+
+Completions are consumed in two steps so that a cancelled receive loses nothing:
+``wait_ready()`` returns once ``poll()`` would be non-empty and consumes nothing;
+``poll()`` never blocks.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import math
+import threading
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from aenvs._buffers import Buffers
+from aenvs._commands import Command, Completion
+from aenvs._env import EnvFn
+from aenvs._errors import EnvTimeoutError
+from aenvs._specs import EnvSpec
+
+__all__ = ["Capabilities", "Executor", "check_worker_options", "split_envs"]
+
+
+def split_envs(
+    num_envs: int, envs_per_worker: int | None, num_workers: int | None, default_workers: int
+) -> list[list[int]]:
+    """Contiguous groups of env indices, one per worker: ``envs_per_worker`` envs each if
+    given, else the envs spread evenly over ``num_workers`` (default ``default_workers``).
+
+    Example:
+        >>> split_envs(5, None, 2, 8)
+        [[0, 1, 2], [3, 4]]
+    """
+    if envs_per_worker is not None:
+        per = envs_per_worker
+    else:
+        per = math.ceil(num_envs / min(num_workers or default_workers, num_envs))
+    return [list(range(i, min(i + per, num_envs))) for i in range(0, num_envs, per)]
+
+
+def check_worker_options(num_workers: int | None, envs_per_worker: int | None) -> None:
+    """Raise ValueError for a worker count or an envs-per-worker count under 1."""
+    for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an executor can do, declared once; the pool and the conformance kit read it.
+
+    Attributes:
+        abort: stop a command in flight (:meth:`Executor.abort`: ``step_timeout`` /
+            ``reset_timeout`` need it).
+        respawn: replace a dead or stopped worker (:meth:`Executor.respawn`: restarting an
+            env whose worker died needs it; in-place rebuilds do not).
+        blocks_loop: plain envs' code runs on the event loop's thread.
+        pickles_factories: env factories (and make kwargs) must pickle: they travel to
+            another process.
+
+    Example:
+        >>> from aenvs.executors import Capabilities, ProcessExecutor
+        >>> ProcessExecutor.capabilities == Capabilities(abort=True, respawn=True, pickles_factories=True)
+        True
+    """
+
+    abort: bool = False
+    respawn: bool = False
+    blocks_loop: bool = False
+    pickles_factories: bool = False
+
+
+class Executor(abc.ABC):
+    """Runs the envs of one pool; subclasses implement ``start``, ``submit``, ``aclose``, ``kill``.
+
+    Example:
+        >>> from aenvs import AsyncEnvPool
+        >>> from aenvs.executors import ThreadExecutor
+        >>> AsyncEnvPool(["CartPole-v1"] * 4, executor=ThreadExecutor(envs_per_worker=2))
+        AsyncEnvPool(num_envs=4, executor='thread', not started)
+    """
+
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init__(self) -> None:
+        self.buffers: Buffers | None = None
+        # bounds the pool may override: building every env (None: unbounded), stopping workers
+        self.startup_timeout: float | None = None
+        self.close_timeout: float = 5.0
+        self._completions: deque[Completion] = deque()
+        self._ready: asyncio.Event | None = None
+        self._incoming: list[Completion] = []
+        self._incoming_lock = threading.Lock()
+        self._wake_pending = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- the contract -------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def start(
+        self,
+        env_fns: Sequence[EnvFn],
+        *,
+        seeds: Sequence[int | None],
+        make_kwargs: Mapping[int, Mapping[str, Any]] | None = None,
+    ) -> list[EnvSpec]:
+        """Build every env in its worker, allocate ``self.buffers``; return one spec per env.
+
+        Raises EnvError naming the first env that could not be built; leaves nothing running then.
+        """
+
+    @abc.abstractmethod
+    def submit(self, command: Command) -> None:
+        """Hand ``command`` to the workers hosting its envs. Never blocks, never awaits."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Stop every worker gracefully within the executor's bound, then :meth:`kill` what is left."""
+
+    @abc.abstractmethod
+    def kill(self) -> None:
+        """Stop everything now. Synchronous, idempotent, safe from ``__del__``."""
+
+    def flush(self) -> None:
+        """Start now what :meth:`submit` left for the loop's next turn (the pool calls this
+        when it is about to wait for the results anyway). Never blocks on other workers."""
+        return  # most executors start every command at once
+
+    # -- restarts: the pool's on_error="restart" and its per-command timeouts ---------
+
+    def counters(self) -> dict[str, int]:
+        """The executor's own counters for :meth:`AsyncEnvPool.stats` (e.g. ``abandoned_threads``)."""
+        return {}
+
+    def worker_alive(self, env_index: int) -> bool:
+        """Whether the worker hosting ``env_index`` still runs commands (else :meth:`respawn` it)."""
+        return True
+
+    def abort(self, env_indices: Sequence[int]) -> None:
+        """Give up on the commands in flight for these envs (they outlived a timeout).
+
+        Stops the workers hosting them now (kills the process or actor, abandons the
+        thread, cancels the coroutine env's task) and answers every command still in
+        flight on those workers with a crash (:meth:`RemoteError.worker_died`); nothing
+        those workers send later is delivered. Their envs need :meth:`respawn` before
+        they run commands again. Never blocks.
+        """
+        raise NotImplementedError(f"the {self.name} executor cannot abort a command in flight")
+
+    async def respawn(self, env_indices: Sequence[int]) -> list[int]:
+        """Replace the dead workers hosting these envs by new ones; return every env index rebuilt.
+
+        A new worker builds all the envs its predecessor hosted from their factories,
+        into the same buffer rows (their layouts must equal the old specs), so a worker's
+        other envs come back too. Raises EnvError naming an env whose factory failed;
+        that worker stays dead.
+        """
+        raise NotImplementedError(f"the {self.name} executor cannot replace its workers")
+
+    def poll(self) -> list[Completion]:
+        """Every completion ready now (maybe none). Never blocks."""
+        if not self._completions:
+            return []
+        items = list(self._completions)
+        self._completions.clear()
+        return items
+
+    async def wait_ready(self) -> None:
+        """Return once :meth:`poll` would return something, or when :meth:`wake` is called.
+
+        Consumes nothing. Several tasks may wait at once (a receive, a call, a restart):
+        each wakes when completions arrive, even if another one polls them first, and
+        checks its own condition again.
+        """
+        if self._completions:
+            return
+        ready = self._ready_event()
+        ready.clear()
+        await ready.wait()
+
+    def wake(self) -> None:
+        """Wake every ``wait_ready`` (the pool calls this when it closes)."""
+        self._ready_event().set()
+
+    # -- helpers for subclasses ----------------------------------------------------
+
+    async def _await_built(self, built: Sequence[tuple[list[int], asyncio.Future[Any]]]) -> list[Any]:
+        """Wait for workers to build their envs (``(env indices, future)`` each), within
+        ``startup_timeout``; raise the first failure, or EnvTimeoutError naming an env of the
+        first worker still building."""
+        futures = [future for _, future in built]
+        _, pending = await asyncio.wait(futures, timeout=self.startup_timeout)
+        if pending:
+            stuck = next(envs for envs, future in built if future in pending)
+            for future in pending:
+                future.cancel()
+            raise EnvTimeoutError(
+                stuck[0],
+                "make",
+                message=f"env {stuck[0]} was not built within startup_timeout={self.startup_timeout} s "
+                f"on the {self.name} executor (its worker hosts envs {stuck})",
+                executor=self.name,
+            )
+        # every failure is retrieved, not only the first raised: asyncio logs the others from
+        # their futures' finalizers otherwise ("exception was never retrieved"), at whatever
+        # moment the garbage collector picks
+        failures = [failure for future in futures if (failure := future.exception()) is not None]
+        if failures:
+            raise failures[0]
+        return [future.result() for future in futures]
+
+    def _bind_loop(self) -> asyncio.AbstractEventLoop:
+        self._loop = asyncio.get_running_loop()
+        return self._loop
+
+    def _ready_event(self) -> asyncio.Event:
+        if self._ready is None:
+            self._ready = asyncio.Event()
+        return self._ready
+
+    def _push(self, completions: Sequence[Completion]) -> None:
+        """Queue completions; call on the loop's thread."""
+        self._completions.extend(completions)
+        if self._ready is not None:
+            self._ready.set()
+
+    def _push_one(self, completion: Completion) -> None:
+        """Queue one completion; call on the loop's thread (``_push`` without a sequence to build)."""
+        self._completions.append(completion)
+        ready = self._ready
+        if ready is not None and not ready.is_set():
+            ready.set()
+
+    def _push_threadsafe(self, completions: Sequence[Completion]) -> None:
+        """Queue completions from any thread; wakes the loop at most once per batch of pushes."""
+        with self._incoming_lock:
+            self._incoming.extend(completions)
+            if self._wake_pending:
+                return
+            self._wake_pending = True
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(self._flush_incoming)
+        except RuntimeError:  # the loop closed meanwhile: nobody is left to receive
+            pass
+
+    def _flush_incoming(self) -> None:
+        with self._incoming_lock:
+            items, self._incoming = self._incoming, []
+            self._wake_pending = False
+        self._push(items)

@@ -1,0 +1,324 @@
+"""The process executor: envs in worker processes, results in shared memory.
+
+```
+  pool (event loop)                                worker process k (envs i..j)
+  ─────────────────                                ────────────────────────────
+  write actions ──► shared arena (memfd) ◄── read actions, write results
+  submit ─────────► pipe: Command(env_indices) ──► runner.execute(command)
+  loop.add_reader ◄ pipe: [Completion, ...]   ◄─── (small: flags, infos, errors)
+  loop.add_reader ◄ process sentinel: death ─────► EnvCrashedError for its envs
+```
+
+Workers fork from :mod:`aenvs._zygote`, which has already imported the worker module
+(numpy and gymnasium, not torch) and unpickled the env factories, so N workers start
+in a fraction of one interpreter launch. Env factories travel with cloudpickle, so
+lambdas and closures work. Nothing global changes in the pool's process (no start
+method is set). Workers ignore SIGINT and die with the zygote, which dies with the
+pool's process. A worker's death shows as EOF on its pipe and on its pidfd at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pickle
+import signal
+import socket
+from collections.abc import Mapping, Sequence
+from multiprocessing import reduction
+from multiprocessing.connection import Connection
+from typing import Any
+
+import cloudpickle
+
+from aenvs._commands import Command, CommandKind
+from aenvs._env import EnvFn
+from aenvs._errors import EnvCrashedError
+from aenvs._shm import SharedArena
+from aenvs._specs import EnvSpec
+from aenvs._zygote import fork_worker
+from aenvs.executors._base import Capabilities, check_worker_options, split_envs
+from aenvs.executors._workers import WorkerGroupExecutor
+
+__all__ = ["ProcessExecutor"]
+
+
+def _dumps(message: Any) -> bytes:
+    try:
+        return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # lambdas and local classes in call arguments
+        return cloudpickle.dumps(message)
+
+
+class _Worker:
+    def __init__(self, index: int, env_indices: list[int]) -> None:
+        self.index = index
+        self.env_indices = env_indices
+        self.pid = 0
+        self.pidfd = -1
+        self.conn: Connection | None = None
+        self.in_flight: dict[int, CommandKind] = {}
+        self.alive = True
+        self.built: asyncio.Future[Any] | None = None
+        self.exited: asyncio.Future[None] | None = None
+
+    def describe_death(self, why: str = "died") -> str:
+        return f"worker process {self.index} (pid {self.pid}) hosting envs {self.env_indices} {why}"
+
+    def signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, OSError):
+            if self.pidfd >= 0:
+                signal.pidfd_send_signal(self.pidfd, signum)
+            elif self.pid:
+                os.kill(self.pid, signum)
+
+
+class ProcessExecutor(WorkerGroupExecutor[_Worker]):
+    """Runs envs in worker processes, several envs per worker, results in shared memory.
+
+    Args:
+        num_workers: worker processes (default: ``os.cpu_count()``, at most one per env).
+        envs_per_worker: envs per worker instead (overrides ``num_workers``).
+        startup_timeout: seconds for every worker to build its envs.
+        close_timeout: seconds ``aclose`` waits for workers before SIGTERM, then SIGKILL.
+
+    Example:
+        >>> import asyncio
+        >>> from aenvs import AsyncEnvPool
+        >>> from aenvs.executors import ProcessExecutor
+        >>> async def main():
+        ...     executor = ProcessExecutor(num_workers=2)  # 8 envs, 4 in each worker process
+        ...     async with AsyncEnvPool(["CartPole-v1"] * 8, executor=executor) as pool:
+        ...         await pool.reset()
+        ...         return len(executor.pids)
+        >>> asyncio.run(main())
+        2
+    """
+
+    name = "process"
+    capabilities = Capabilities(abort=True, respawn=True, pickles_factories=True)
+
+    def __init__(
+        self,
+        *,
+        num_workers: int | None = None,
+        envs_per_worker: int | None = None,
+        startup_timeout: float | None = 60.0,
+        close_timeout: float = 5.0,
+    ) -> None:
+        super().__init__()
+        check_worker_options(num_workers, envs_per_worker)
+        self.num_workers = num_workers
+        self.envs_per_worker = envs_per_worker
+        self.startup_timeout = startup_timeout
+        self.close_timeout = close_timeout
+        self._arena: SharedArena | None = None  # its descriptor stays open for workers started later
+
+    def _plan(self, num_envs: int) -> list[list[int]]:
+        return split_envs(num_envs, self.envs_per_worker, self.num_workers, os.cpu_count() or 1)
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the workers (for monitoring and fault injection)."""
+        return [w.pid for w in self._workers if w.pid]
+
+    # -- start ------------------------------------------------------------------------
+
+    async def start(
+        self,
+        env_fns: Sequence[EnvFn],
+        *,
+        seeds: Sequence[int | None],
+        make_kwargs: Mapping[int, Mapping[str, Any]] | None = None,
+    ) -> list[EnvSpec]:
+        self._bind_loop()
+        num_envs = len(env_fns)
+        self._recipe = (env_fns, seeds, make_kwargs or {})
+        self._place([_Worker(k, ids) for k, ids in enumerate(self._plan(num_envs))])
+        try:
+            specs_by_env = await self._start_workers(self._workers)
+            specs = [specs_by_env[i] for i in range(num_envs)]
+            self._arena = arena = SharedArena.create(specs)
+            self._specs = specs
+            for worker in self._workers:
+                self._hand_arena(worker)
+            self.buffers = arena.buffers
+            return specs
+        except BaseException:
+            self.kill()
+            raise
+
+    async def _start_workers(self, workers: list[_Worker]) -> dict[int, EnvSpec]:
+        loop = self._loop
+        assert loop is not None
+        # starting processes blocks (the forkserver's first start imports modules): off the loop
+        await asyncio.to_thread(self._spawn, workers)
+        for worker in workers:
+            assert worker.conn is not None
+            worker.built = loop.create_future()
+            worker.exited = loop.create_future()
+            loop.add_reader(worker.conn.fileno(), self._on_readable, worker)
+            # uvloop makes watched fds non-blocking; Connection needs blocking ones for
+            # messages larger than the socket buffer (a reader only runs once data is there)
+            os.set_blocking(worker.conn.fileno(), True)
+            if worker.pidfd >= 0:
+                loop.add_reader(worker.pidfd, self._on_exit, worker)
+        results = await self._await_built([(w.env_indices, w.built) for w in workers if w.built])
+        specs_by_env: dict[int, EnvSpec] = {}
+        for result in results:
+            specs_by_env.update(result)
+        return specs_by_env
+
+    def _hand_arena(self, worker: _Worker) -> None:
+        """Send a built worker every env's spec and the arena's descriptor: it starts serving."""
+        assert worker.conn is not None and self._arena is not None
+        worker.conn.send_bytes(_dumps((self._specs, self._arena.size)))
+        reduction.send_handle(worker.conn, self._arena.fd, worker.pid)
+
+    def _spawn(self, workers: list[_Worker]) -> None:
+        for worker in workers:
+            ours, theirs = socket.socketpair()
+            try:
+                worker.pid = fork_worker(
+                    self._recipe_of(worker), worker.index, len(self._recipe[0]), theirs.fileno()
+                )
+            except BaseException:
+                ours.close()
+                raise
+            finally:
+                theirs.close()
+            worker.conn = Connection(ours.detach())
+            if hasattr(os, "pidfd_open"):
+                with contextlib.suppress(OSError):
+                    worker.pidfd = os.pidfd_open(worker.pid)
+
+    # -- completions --------------------------------------------------------------------
+
+    def _on_readable(self, worker: _Worker) -> None:
+        conn = worker.conn
+        if conn is None:
+            return
+        # One message per call: the loop calls again while the pipe stays readable, so no
+        # extra poll() syscalls; the fd is blocking, so a message that is still arriving is
+        # read whole.
+        try:
+            message = pickle.loads(conn.recv_bytes())
+            if worker.built is not None and not worker.built.done():
+                tag, value = message
+                if tag == "built":
+                    worker.built.set_result(value)
+                else:
+                    worker.built.set_exception(value)
+                return
+            in_flight = worker.in_flight
+            for completion in message:
+                in_flight.pop(completion.env_index, None)
+            self._push(message)
+        except (EOFError, OSError):
+            self._lost(worker)
+        except Exception as exc:  # a message we cannot read: the worker cannot be trusted any more
+            self._stop(worker, f"sent a message that could not be read ({exc!r})")
+
+    def _on_exit(self, worker: _Worker) -> None:
+        conn = worker.conn
+        while worker.alive and conn is not None and not conn.closed and conn.poll():
+            self._on_readable(worker)  # what it sent before dying is not lost
+        self._lost(worker)
+
+    def _lost(self, worker: _Worker, why: str = "died") -> None:
+        if not worker.alive:
+            return
+        worker.alive = False
+        self._unwatch(worker)
+        description = worker.describe_death(why)
+        if worker.built is not None and not worker.built.done():
+            first = worker.env_indices[0]
+            worker.built.set_exception(EnvCrashedError(first, "make", f"EnvCrashedError: {description}\n"))
+        if worker.exited is not None and not worker.exited.done():
+            worker.exited.set_result(None)
+        self._crash_in_flight(worker, why)
+
+    def _describe(self, worker: _Worker, why: str) -> str:
+        return worker.describe_death(why)
+
+    def _stop(self, worker: _Worker, why: str) -> None:
+        worker.signal(signal.SIGKILL)
+        self._lost(worker, why)
+
+    def _unwatch(self, worker: _Worker) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        if worker.conn is not None and not worker.conn.closed:
+            loop.remove_reader(worker.conn.fileno())
+        if worker.pidfd >= 0:
+            loop.remove_reader(worker.pidfd)
+
+    # -- commands -------------------------------------------------------------------------
+
+    def submit(self, command: Command) -> None:
+        for worker, part in self._split(command):
+            for i in part.env_indices:
+                worker.in_flight[i] = command.kind
+            assert worker.conn is not None
+            try:
+                worker.conn.send_bytes(_dumps(part))
+            except OSError:
+                pass  # the worker died: its pidfd / pipe EOF reports the envs in flight
+
+    # -- restarts ---------------------------------------------------------------------------
+
+    def _successor(self, dead: _Worker) -> _Worker:
+        self._release(dead)
+        return _Worker(dead.index, dead.env_indices)
+
+    def _restarted(self, workers: list[_Worker]) -> None:
+        for worker in workers:
+            self._hand_arena(worker)
+
+    def _release(self, worker: _Worker) -> None:
+        """Close what the parent holds of a dead worker (its pipe and pidfd)."""
+        self._unwatch(worker)
+        if worker.conn is not None:
+            worker.conn.close()
+        if worker.pidfd >= 0:
+            os.close(worker.pidfd)
+            worker.pidfd = -1
+
+    # -- closing ----------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        self._closing = True
+        try:
+            for worker in self._workers:
+                if worker.alive and worker.conn is not None:
+                    try:
+                        worker.conn.send_bytes(_dumps(None))
+                    except OSError:
+                        pass
+            await self._wait_exit(self.close_timeout)
+            for worker in self._workers:
+                if worker.alive:
+                    worker.signal(signal.SIGTERM)
+            await self._wait_exit(1.0)
+        finally:
+            self.kill()
+
+    async def _wait_exit(self, timeout: float) -> None:
+        pending = [
+            w.exited for w in self._workers if w.alive and w.exited is not None and not w.exited.done()
+        ]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
+
+    def kill(self) -> None:
+        self._closing = True
+        for worker in self._workers:
+            worker.signal(signal.SIGKILL)  # a no-op for workers that already exited
+            worker.alive = False
+            self._release(worker)
+        self._workers = []
+        if self._arena is not None:
+            self._arena.close_fd()
+            self._arena = None
