@@ -21,18 +21,23 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 
-from aenvs.env import Env, EnvContext
-from aenvs.worker import WORKER_ENV_VAR
+from aenvs._conformance import ConformanceError, ConformanceReport, check_executor, check_executor_sync
+from aenvs._env import Env, EnvContext
+from aenvs._worker import WORKER_ENV_VAR
 
 __all__ = [
     "AsyncEchoEnv",
     "AsyncFaultyEnv",
+    "ConformanceError",
+    "ConformanceReport",
     "EchoEnv",
     "Fault",
     "FaultyEnv",
     "InjectedFault",
     "UnpicklableError",
     "UnrebuildableError",
+    "check_executor",
+    "check_executor_sync",
     "echo_env_fns",
     "faulty_env_fns",
 ]
