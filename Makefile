@@ -1,13 +1,15 @@
 # Two commands on a fresh machine with only python3 and pip:
 #   make run    creates .venv, installs aenvs, runs `aenvs run` on the default env
-#   make test   creates .venv (test extras, Ray included) and .venv-torchrl, runs lint, types and the whole test suite
+#   make test   creates .venv (test and docs extras, Ray included) and .venv-torchrl, runs lint
+#               (ruff, import contracts), types, the strict docs build, the package build and
+#               check, and the whole test suite
 #
 # Two venvs, because TorchRL pins an older tensordict: torchrl 0.14 (what pip picks beside
 # torch 2.13) requires tensordict < 0.15. The main venv (.venv) has the newest tensordict and
 # runs everything but the TorchRL interop tests (marker `torchrl`); .venv-torchrl has torchrl
-# and tensordict 0.14 (and Ray, so they run on every executor) and runs only those, with AENVS_REQUIRE_TORCHRL=1 so that a broken
-# torchrl fails them instead of skipping them. The second venv adds about 1.3 min to CI
-# (about 1 min to install, 18-45 s for its tests; `make test` took 10.6 min from a fresh clone, 2026-11-23).
+# and tensordict 0.14 (and Ray, so they run on every executor) and runs only those, with
+# AENVS_REQUIRE_TORCHRL=1 so that a broken torchrl fails them instead of skipping them.
+# What each step costs in CI: docs/development.md.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -16,7 +18,7 @@ TORCHRL_VENV := .venv-torchrl
 BENCH_VENV := .venv-bench
 comma := ,
 
-.PHONY: run test lint typecheck pytest pytest-torchrl bench clean
+.PHONY: run test lint typecheck pytest pytest-torchrl docs docs-build package bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +29,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PIP) --quiet -e ".[test,ray]"
+	$(PIP) --quiet -e ".[test,ray,docs]"
 	touch $@
 
 # a venv with an extra: $(call extra_venv,VENV,EXTRAS)
@@ -50,6 +52,7 @@ run: $(VENV)/.installed
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(VENV)/.installed-test
 	$(BIN)/pyright
@@ -60,11 +63,36 @@ pytest: $(VENV)/.installed-test
 pytest-torchrl: $(TORCHRL_VENV)/.installed
 	AENVS_REQUIRE_TORCHRL=1 $(TORCHRL_VENV)/bin/python -m pytest -q -m torchrl
 
-test: lint typecheck pytest pytest-torchrl
+test: lint typecheck docs-build package pytest pytest-torchrl
 
-# the benchmark suite against every peer (gymnasium, TorchRL, EnvPool): report and plots in docs/bench
+# the documentation site (mkdocs.yml, docs/), served with live reload at http://127.0.0.1:8000
+docs: $(VENV)/.installed-test
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+# the site built into site/, strictly: a broken link or anchor, a reference that names nothing,
+# a public name without a docstring or without a reference page fails the build
+# (NO_MKDOCS_2_WARNING: mkdocs-material's banner about its successor, printed on every build)
+docs-build: $(VENV)/.installed-test
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
+
+# sdist and wheel in dist/, built as a user's pip would (isolated, setuptools from the index),
+# then checked: twine's metadata check, no warning from the build, nothing but aenvs in the wheel.
+# (PYTHONDONTWRITEBYTECODE= : with it set, setuptools warns that it skips byte-compiling.)
+package: $(VENV)/.installed-test
+	rm -rf dist
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m build --outdir dist . > $(VENV)/package.log 2>&1 \
+		|| { cat $(VENV)/package.log; exit 1; }
+	@if grep -i "warning" $(VENV)/package.log; then echo "the build warned: $(VENV)/package.log"; exit 1; fi
+	$(BIN)/twine check --strict dist/*
+	$(BIN)/python -c "import glob, sys, zipfile; \
+		names = zipfile.ZipFile(glob.glob('dist/*.whl')[0]).namelist(); \
+		other = [n for n in names if not n.startswith(('aenvs/', 'aenvs-'))]; \
+		sys.exit(f'the wheel holds more than aenvs: {other}' if other else 0)"
+
+# the benchmark suite against every peer (gymnasium, TorchRL, EnvPool, Ray), from this checkout:
+# report and plots in docs/bench
 bench: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/aenvs bench
 
 clean:
-	rm -rf $(VENV) $(TORCHRL_VENV) $(BENCH_VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(TORCHRL_VENV) $(BENCH_VENV) .pytest_cache .ruff_cache site dist build

@@ -6,8 +6,9 @@ Subcommands:
     Step a pool of gymnasium envs with random actions and report throughput and
     episode returns.
 ``aenvs bench``
-    Run the benchmark suite (:mod:`aenvs.bench`) against the peers installed and write
-    a markdown report with PNG plots.
+    Run the benchmark suite against the peers installed and write a markdown report with
+    PNG plots. The suite lives beside the package, in a checkout of the repository
+    (``benchmarks/``), not in the wheel: this command finds that checkout and runs it.
 
 Each subcommand is one ``_add_<name>_parser`` function registered in
 :data:`SUBCOMMANDS`.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import importlib
 import math
 import sys
 import time
@@ -30,13 +32,13 @@ import numpy as np
 from gymnasium import spaces
 
 import aenvs
-from aenvs.specs import EnvSpec, flatten_value
+from aenvs._specs import EnvSpec, flatten_value
 
 if TYPE_CHECKING:
     import torch
     from tensordict import TensorDictBase
 
-    from aenvs.pool import AsyncEnvPool
+    from aenvs._pool import AsyncEnvPool
 
 __all__ = ["RandomActions", "RunSummary", "build_parser", "main"]
 
@@ -261,7 +263,7 @@ async def run_random(
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from aenvs.pool import AsyncEnvPool
+    from aenvs._pool import AsyncEnvPool
 
     pool = AsyncEnvPool(
         args.env_id,
@@ -362,47 +364,34 @@ def _add_run_parser(subparsers: Any) -> None:
 # -- aenvs bench -----------------------------------------------------------------------
 
 
-def _default_bench_dir(quick: bool) -> Path:
-    """Where ``aenvs bench`` writes: a checkout's ``docs/bench`` (the committed report, for a
-    full run), else ``aenvs-bench`` in the current directory."""
-    checkout = Path(aenvs.__file__).resolve().parents[1]
-    if not quick and (checkout / "pyproject.toml").is_file() and (checkout / "benchmarks").is_dir():
-        return checkout / "docs" / "bench"
-    return Path("aenvs-bench")
+def _checkout() -> Path | None:
+    """The checkout of aenvs whose ``benchmarks/`` suite ``aenvs bench`` runs: the one this
+    aenvs is imported from (an editable install), else the current folder or one above it;
+    None outside a checkout (an aenvs installed from a wheel, run elsewhere)."""
+    here = Path(aenvs.__file__).resolve().parents[1]
+    cwd = Path.cwd().resolve()
+    for root in (here, cwd, *cwd.parents):
+        suite = root / "benchmarks" / "harness" / "__init__.py"
+        if suite.is_file() and (root / "pyproject.toml").is_file():
+            return root
+    return None
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from aenvs.bench import SUITE, run_suite
-    from aenvs.bench.report import load_results, make_header, status, write_report
-
-    names = [b.name for b in SUITE]
-    if args.list:
-        for b in SUITE:
-            print(f"{b.name:14s} {b.title}")
-        return 0
-    out = Path(args.out) if args.out else _default_bench_dir(args.quick)
-    if args.replot:
-        runs, header = load_results(out / "results.json")
-        print(f"report: {write_report(runs, out, header)} (from {out / 'results.json'}, nothing measured)")
-        return 0
-    only = args.only.split(",") if args.only else names
-    unknown = sorted(set(only) - set(names))
-    if unknown:
-        print(f"aenvs bench: unknown benchmarks {unknown}; the suite has {names}", file=sys.stderr)
+    root = _checkout()
+    if root is None:
+        print(
+            "aenvs bench: the benchmark suite is not part of the aenvs package; run it from a "
+            "checkout of the aenvs repository (`make bench` there, or `aenvs bench` with the "
+            "checkout installed: pip install -e '.[bench]')",
+            file=sys.stderr,
+        )
         return 2
-    command = (
-        "aenvs bench" + (" --quick" if args.quick else "") + (f" --only {args.only}" if args.only else "")
-    )
-    print(f"{command}: {len(only)} benchmarks, writing to {out}", flush=True)
-    started = time.time()
-    runs = run_suite(
-        [b for b in SUITE if b.name in only], out_dir=out, quick=args.quick, progress=not args.no_progress
-    )
-    report = write_report(runs, out, make_header(command, quick=args.quick, started=started))
-    for run in runs:
-        print(f"  {run.benchmark.name:14s} {run.seconds:6.0f} s  {status(run)}")
-    print(f"report: {report}  ({(time.time() - started) / 60:.1f} min)")
-    return 1 if any(run.failed for run in runs) else 0
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    # imported by name: the library does not depend on the suite, which the wheel does not hold
+    harness = importlib.import_module("benchmarks.harness")
+    return harness.command(args)
 
 
 def _add_bench_parser(subparsers: Any) -> None:
@@ -412,8 +401,10 @@ def _add_bench_parser(subparsers: Any) -> None:
         description=(
             "Run the benchmarks (latency, throughput, sync overhead, remote where Ray is installed), "
             "each in a fresh interpreter, against whichever peers are installed (gymnasium, TorchRL, "
-            "EnvPool: `pip install aenvs[bench]`), and write report.md, results.json, each benchmark's "
-            "output and PNG plots into one folder. About 8 minutes on 2 cores; --quick, about 2."
+            "EnvPool: `pip install -e '.[bench]'`), and write report.md, results.json, each benchmark's "
+            "output and PNG plots into one folder. About 8 minutes on 2 cores; --quick, about 2. "
+            "The suite lives in a checkout of the aenvs repository (benchmarks/), not in the package: "
+            "run this from a checkout."
         ),
         epilog="example: aenvs bench --quick --only latency,sync_overhead --out /tmp/bench",
         formatter_class=_HelpFormatter,
@@ -421,8 +412,7 @@ def _add_bench_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--out",
         default=None,
-        help="folder for the report (default: docs/bench in a checkout of aenvs, else ./aenvs-bench; "
-        "./aenvs-bench for --quick)",
+        help="folder for the report (default: the checkout's docs/bench; ./aenvs-bench for --quick)",
     )
     parser.add_argument("--only", default=None, help="comma-separated benchmarks to run (default: all)")
     parser.add_argument(

@@ -1,3 +1,4 @@
-"""The benchmarks, one script each (``python benchmarks/latency.py``), shipped in the wheel
-as ``aenvs.benchmarks`` so that ``aenvs bench`` (:mod:`aenvs.bench`) runs them from an
-installed aenvs too."""
+"""aenvs's benchmarks, one script each (``python benchmarks/latency.py``), and the suite that
+runs them together (``benchmarks.harness``: ``aenvs bench`` or ``make bench`` from a checkout).
+
+They live beside the package, not in it: the wheel holds the library only."""

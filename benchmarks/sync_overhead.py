@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 import aenvs
-from aenvs.sync import BatchedEnv
+from aenvs._sync import BatchedEnv
 
 ENV_ID = "CartPole-v1"
 

@@ -498,7 +498,7 @@ def startup_rows(n: int, peers: set[str], run: Run) -> list[Startup]:
 
     for attempt in ("cold zygote", "warm zygote"):
         seconds, uss = run_async(aenvs_start())
-        zygotes = [p.pid for p in psutil.Process().children() if "aenvs.zygote" in " ".join(p.cmdline())]
+        zygotes = [p.pid for p in psutil.Process().children() if "aenvs._zygote" in " ".join(p.cmdline())]
         note = f"+ zygote {uss_mb(zygotes)[0]:.1f} MB once per parent process" if zygotes else ""
         out.append(Startup(f"aenvs process ({attempt})", seconds, uss, note))
 

@@ -30,10 +30,14 @@ from typing import Any
 
 import torch
 import uvloop
-from aenvs.benchmarks import latency
 from tensordict import TensorDictBase
 
 from aenvs import AsyncEnvPool
+
+try:
+    from . import latency
+except ImportError:  # run as a script (python benchmarks/warm_core.py): its own folder is on the path
+    import latency
 
 LOOP_BOUND_NS = (64, 256, 1024)
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from aenvs._specs import EnvSpec
 from aenvs.cli import RandomActions, build_parser, main
-from aenvs.specs import EnvSpec
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 NUMBER = r"([0-9][0-9,]*(?:\.[0-9]+)?)"

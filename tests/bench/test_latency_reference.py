@@ -4,15 +4,12 @@ compared with, answers every send once, in the pool's layout, within its max_get
 from __future__ import annotations
 
 import asyncio
-import importlib
 
 import torch
 from tensordict import TensorDict
 
 from aenvs import AsyncEnvPool
-
-# aenvs.benchmarks is the benchmarks/ folder, mapped by pyproject (pyright does not follow that)
-latency = importlib.import_module("aenvs.benchmarks.latency")
+from benchmarks import latency
 
 N = 6
 

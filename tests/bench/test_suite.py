@@ -9,9 +9,10 @@ import json
 import psutil
 import pytest
 
-from aenvs.bench import Benchmark, Plot, run_suite
-from aenvs.bench.report import load_results, make_header, write_report
+from aenvs import cli
 from aenvs.cli import main
+from benchmarks.harness import Benchmark, Plot, run_suite
+from benchmarks.harness.report import load_results, make_header, write_report
 
 FAKE = "tests.bench.fake_benchmarks"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -106,7 +107,7 @@ def test_a_benchmarks_functions_travel_by_value_as_from_a_script(tmp_path) -> No
 
 
 def test_plots_leave_out_rows_without_their_fields(tmp_path) -> None:
-    from aenvs.bench.plots import draw
+    from benchmarks.harness.plots import draw
 
     rows = [{"system": "aenvs process (cold zygote)", "seconds": 0.25}]
     assert not draw(Plot("none.png", "Nothing to draw"), rows, tmp_path / "none.png")
@@ -124,17 +125,29 @@ def test_cli_lists_the_suite_and_refuses_unknown_names(capsys) -> None:
     assert "unknown benchmarks ['nope']" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["latency", "throughput", "sync_overhead"])
-def test_benchmark_scripts_ship_inside_the_package(name: str) -> None:
+def test_outside_a_checkout_aenvs_bench_says_where_the_suite_is(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(cli, "_checkout", lambda: None)  # an aenvs installed from its wheel
+    assert main(["bench", "--list"]) == 2
+    assert "run it from a checkout" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["latency", "throughput", "sync_overhead", "remote"])
+def test_benchmark_scripts_live_beside_the_package(name: str) -> None:
     import importlib
     from pathlib import Path
 
-    module = importlib.import_module(f"aenvs.benchmarks.{name}")
+    from benchmarks.harness import SUITE
+
+    (benchmark,) = [b for b in SUITE if b.name == name]
+    module = importlib.import_module(benchmark.module_name)
     assert module.__file__ is not None
-    assert Path(module.__file__).parent.name == "benchmarks" and callable(module.measure)
+    assert Path(module.__file__).parent == Path(__file__).resolve().parents[2] / "benchmarks"
+    assert callable(getattr(module, benchmark.function))
 
 
-def test_pyproject_packages_name_every_package() -> None:
+def test_the_wheel_holds_the_library_only() -> None:
+    """pyproject finds the packages under aenvs/ (whatever modules they hold), and only those:
+    neither the benchmarks nor the tests nor the examples are in the wheel."""
     import tomllib
     from pathlib import Path
 
@@ -142,17 +155,18 @@ def test_pyproject_packages_name_every_package() -> None:
 
     root = Path(__file__).resolve().parents[2]
     config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert sorted(config["packages"]) == sorted(
-        [*find_packages(str(root), include=["aenvs*"]), "aenvs.benchmarks"]
-    )
-    assert config["package-dir"] == {"aenvs.benchmarks": "benchmarks"}
+    assert "packages" in config and "package-dir" not in config
+    find = config["packages"]["find"]
+    packages = find_packages(str(root), include=find["include"])
+    assert "aenvs" in packages and "aenvs.executors" in packages
+    assert all(p == "aenvs" or p.startswith("aenvs.") for p in packages), packages
 
 
 @pytest.mark.slow
 def test_the_suites_benchmarks_follow_the_protocol(tmp_path) -> None:
     """Each benchmark of the suite, with arguments that make it short, gives rows its plots draw."""
-    from aenvs.bench import SUITE
-    from aenvs.bench.plots import draw
+    from benchmarks.harness import SUITE
+    from benchmarks.harness.plots import draw
 
     tiny = {
         "latency": {"duration": 0.05},

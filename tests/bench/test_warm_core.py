@@ -4,10 +4,8 @@ its figures are what it measured (positive CPU per step, every batch of the over
 from __future__ import annotations
 
 import asyncio
-import importlib
 
-# aenvs.benchmarks is the benchmarks/ folder, mapped by pyproject (pyright does not follow that)
-warm_core = importlib.import_module("aenvs.benchmarks.warm_core")
+from benchmarks import warm_core
 
 
 def test_loop_bound_rows_measure_the_pool_and_its_bare_reference() -> None:

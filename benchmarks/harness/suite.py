@@ -57,11 +57,11 @@ class Benchmark:
     requires: tuple[str, ...] = ()
     plots: tuple[Plot, ...] = ()
     timeout: float = 600.0
-    module: str = ""  # default: aenvs.benchmarks.NAME (benchmarks/NAME.py)
+    module: str = ""  # default: benchmarks.NAME (benchmarks/NAME.py)
 
     @property
     def module_name(self) -> str:
-        return self.module or f"aenvs.benchmarks.{self.name}"
+        return self.module or f"benchmarks.{self.name}"
 
 
 @dataclass
@@ -149,7 +149,7 @@ def _child_command(benchmark: Benchmark, quick: bool, rows: Path) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "aenvs.bench.child",
+        "benchmarks.harness.child",
         "--module",
         benchmark.module_name,
         "--function",
@@ -159,6 +159,14 @@ def _child_command(benchmark: Benchmark, quick: bool, rows: Path) -> list[str]:
         "--rows",
         str(rows),
     ]
+
+
+def _child_env() -> dict[str, str]:
+    """The benchmark's environment: unbuffered output, and the checkout's root on its path
+    (the suite and the benchmarks are imported from there, whatever the current folder)."""
+    root = str(Path(__file__).resolve().parents[2])
+    path = [root, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]]
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(path)}
 
 
 def _run_one(
@@ -177,7 +185,7 @@ def _run_one(
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env=_child_env(),
             start_new_session=True,
         ) as proc,
     ):

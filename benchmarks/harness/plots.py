@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from aenvs.bench.suite import Plot
+from .suite import Plot
 
 __all__ = ["draw"]
 

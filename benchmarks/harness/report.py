@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from aenvs.bench.suite import BenchmarkRun
+from .suite import BenchmarkRun
 
 __all__ = ["PEERS", "load_results", "machine", "make_header", "status", "versions", "write_report"]
 
@@ -109,7 +109,7 @@ def write_report(
         >>> runs = run_suite(SUITE, out_dir="bench")
         >>> write_report(runs, "bench", make_header("aenvs bench", quick=False, started=t0))
     """
-    from aenvs.bench.plots import draw
+    from .plots import draw
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -147,7 +147,7 @@ def write_report(
         import matplotlib  # noqa: F401
     except ImportError:
         plots = False
-        lines += ["No plots: matplotlib is not installed (`pip install aenvs[bench]`).", ""]
+        lines += ["No plots: matplotlib is not installed (`pip install -e '.[bench]'` in the checkout).", ""]
     for run in runs:
         lines += [f"## {run.benchmark.title}", ""]
         if not run.ok:
@@ -186,7 +186,7 @@ def load_results(path: str | os.PathLike[str]) -> tuple[list[BenchmarkRun], dict
         >>> runs, header = load_results("docs/bench/results.json")
         >>> write_report(runs, "docs/bench", header)  # the same report, plots drawn anew
     """
-    from aenvs.bench.suite import SUITE, Benchmark
+    from .suite import SUITE, Benchmark
 
     data = json.loads(Path(path).read_text())
     known = {b.name: b for b in SUITE}

@@ -1,8 +1,8 @@
 """Runs one benchmark's function in this fresh interpreter and writes its rows as JSON.
 
-``aenvs bench`` starts one of these per benchmark:
+``aenvs bench`` starts one of these per benchmark, with the checkout's root on its path:
 
-    python -m aenvs.bench.child --module aenvs.benchmarks.latency --function measure \\
+    python -m benchmarks.harness.child --module benchmarks.latency --function measure \\
         --kwargs '{"duration": 0.3}' --rows rows.json
 """
 
