@@ -5,13 +5,13 @@ pool is bound to the event loop it started on.
 
 - :class:`PrivateLoop` (the default): a loop owned by the driver, run in the caller's
   thread with ``run_until_complete`` (see :func:`new_event_loop` for which loop: uvloop,
-  except in the main thread where asyncio's is 3x cheaper a call). Between calls the loop
+  except in the main thread where asyncio's is cheaper a call). Between calls the loop
   is idle; executors keep working meanwhile (thread workers queue their results with
   ``call_soon_threadsafe``, process results wait in their pipes) and are picked up by
   the next call. Ctrl-C during a call cancels the coroutine at its next await and
   raises ``KeyboardInterrupt`` once; a second Ctrl-C in the same call raises at once.
   The SIGINT handler is installed once per process (``asyncio.Runner`` reinstalls
-  one around every call, ~50 us) and hands over to the previous handler whenever no
+  one around every call) and hands over to the previous handler whenever no
   call is running.
 - :class:`PortalLoop`: a loop in a background thread (anyio's blocking portal), for
   callers whose thread already runs a loop (Jupyter, an async app), where
@@ -65,10 +65,8 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     """A new event loop for a private driver: the cheapest per ``run_until_complete`` here.
 
     uvloop where installed, except in the main thread: there, uvloop creates and closes
-    a socketpair for signal wake-ups on every ``run_until_complete`` (~45 us a call on
-    our machines, against ~13 us for asyncio's loop and ~8 us for uvloop off the main
-    thread), and the sync shim makes one such call per method. The pool's own work costs
-    the same on both loops (within 3%).
+    a socketpair for signal wake-ups on every ``run_until_complete``, and the sync shim
+    makes one such call per method; the pool's own work costs the same on both loops.
     """
     if uvloop is not None and threading.current_thread() is not threading.main_thread():
         return uvloop.new_event_loop()
@@ -152,8 +150,8 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
 
 
 # signal.getsignal turns the handler into an enum member where it can, through a ValueError
-# for every handler that is a function (~5 us, once per sync call): the C function it calls
-# first answers the same for the handlers compared here
+# for every handler that is a function (once per sync call): the C function it calls first
+# answers the same for the handlers compared here
 _getsignal: Callable[[int], Any] = getattr(importlib.import_module("_signal"), "getsignal", signal.getsignal)
 
 

@@ -263,8 +263,7 @@ class EnvRunner:
         ``outcome`` (and its error messages).
 
         The common native step, without the Outcome, items list and key walk of the general
-        path: 1.55-1.70x the steps/s of the same env taking the general path (inline, 64 fast
-        envs in lockstep; benchmarks/native_results.py).
+        path (what that is worth: docs/performance.md, "Why the code is as it is").
         """
         view = slot.plain_row
         if view is None:

@@ -10,8 +10,7 @@ suspends, as Python 3.12's eager tasks do; the env's task then takes the suspend
 coroutine over at the loop's next turn and drives it as if it had run it from the
 start (cancellations and timeouts inside the env reach it as usual). So the env's
 step is under way when ``async_step_send`` returns rather than one loop turn later:
-in the overlapped loop, each env cycle needs one loop turn less (at N=256 envs of
-10 ms, 84-86% of the ideal steps/s became ~92%; benchmarks/latency.py).
+in the overlapped loop, each env cycle needs one loop turn less.
 """
 
 from __future__ import annotations
@@ -257,10 +256,9 @@ class InlineExecutor(Executor):
             # here. CPython collects when allocations minus deallocations pass a threshold;
             # a send makes each env's step objects (coroutines, future, timer), its end frees
             # them, and with sends and ends in different loop turns every send would set off
-            # collections, and through them full collections of every object torch loaded
-            # (~0.1-0.2 s each). Freeing some of a step's objects where the next step's are
-            # made halves that count's climb (1024 envs of 10 ms: 60% fewer collections,
-            # 2/3 fewer full ones). Nothing is kept in this frame while the env waits.
+            # collections, and through them full collections of every object torch loaded.
+            # Freeing some of a step's objects where the next step's are made halves that
+            # count's climb. Nothing is kept in this frame while the env waits.
             env.finished = (coro, yielded, completion)
             coro = yielded = completion = None
 
