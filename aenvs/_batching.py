@@ -29,15 +29,12 @@ from tensordict import (
 from aenvs._buffers import Buffers
 from aenvs._commands import Completion
 from aenvs._specs import EnvSpec, Key, Leaf
+from aenvs._tensors import torch_dtype
 
 __all__ = ["Batcher", "lazy_legacy_env_kept", "shallow_copy", "to_td_value"]
 
 Inputs = tuple[TensorDictBase, int]  # the batch an env's command came in, and its row there
 _ENV_INDEX = ("env_index",)
-
-
-def _torch_dtype(dtype: np.dtype) -> torch.dtype:
-    return torch.from_numpy(np.empty(0, dtype)).dtype
 
 
 def _long(indices: Sequence[int]) -> torch.Tensor:
@@ -140,9 +137,7 @@ class Batcher:
             )
             for g in buffers.groups
         ]
-        self._action_dtypes = [
-            {leaf.key: _torch_dtype(leaf.dtype) for leaf in s.action_leaves} for s in specs
-        ]
+        self._action_dtypes = [{leaf.key: torch_dtype(leaf.dtype) for leaf in s.action_leaves} for s in specs]
         self._all_rows = list(range(len(specs)))
         self._arange = torch.arange(len(specs))
         # the dense path copies rows in numpy: between the pool's other work a torch op costs

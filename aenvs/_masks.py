@@ -26,7 +26,6 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import numpy as np
 import torch
 from tensordict import (
     LazyStackedTensorDict,
@@ -38,6 +37,7 @@ from tensordict import (
 )
 
 from aenvs._specs import Leaf
+from aenvs._tensors import torch_dtype
 
 __all__ = [
     "RESET_KEY",
@@ -167,18 +167,14 @@ def zeros(layouts: Sequence[Sequence[Leaf]], *, dense: bool) -> TensorDictBase:
     if dense:
         batch = len(layouts)
         source = {
-            leaf.key: torch.zeros((batch, *leaf.shape), dtype=_torch_dtype(leaf.dtype)) for leaf in layouts[0]
+            leaf.key: torch.zeros((batch, *leaf.shape), dtype=torch_dtype(leaf.dtype)) for leaf in layouts[0]
         }
         return TensorDict(source, batch_size=[batch])
     rows = [
-        TensorDict({leaf.key: torch.zeros(leaf.shape, dtype=_torch_dtype(leaf.dtype)) for leaf in layout}, [])
+        TensorDict({leaf.key: torch.zeros(leaf.shape, dtype=torch_dtype(leaf.dtype)) for leaf in layout}, [])
         for layout in layouts
     ]
     return lazy_stack(rows)
-
-
-def _torch_dtype(dtype: np.dtype) -> torch.dtype:
-    return torch.from_numpy(np.empty(0, dtype)).dtype
 
 
 # -- partial resets ---------------------------------------------------------------------

@@ -15,9 +15,9 @@ from tensordict import TensorDictBase, lazy_stack, maybe_dense_stack
 
 from aenvs import _masks as masks
 from aenvs._batching import lazy_legacy_env_kept
-from aenvs._check import random_actions
 from aenvs._indices import read_env_index
 from aenvs._layout import step_mdp
+from aenvs._sampling import random_actions
 
 __all__ = ["apply_policy", "rand_action", "rollout", "stack_steps"]
 

@@ -12,7 +12,8 @@ from gymnasium import spaces
 from tensordict import TensorDictBase
 
 from aenvs import SerialEnv, check_env_specs
-from aenvs._check import EnvSpecError, random_actions
+from aenvs._check import EnvSpecError
+from aenvs._sampling import random_actions
 from aenvs.testing import EchoEnv
 from tests.helpers import RichSpacesEnv
 from tests.sync.sync_envs import BadRewardEnv, OutOfBoundsEnv, ValEnv

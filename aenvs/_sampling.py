@@ -1,0 +1,75 @@
+"""Random actions from gymnasium action spaces, laid out as the pool reads actions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict, TensorDictBase, lazy_stack
+
+from aenvs._tensors import torch_dtype
+
+__all__ = ["random_actions"]
+
+
+def _sample(space: spaces.Space, n: int, generator: torch.Generator | None) -> Any:
+    """``n`` samples of ``space`` stacked on a first dim: a tensor, or a dict for Dict / Tuple."""
+    if isinstance(space, spaces.Dict):
+        return {k: _sample(sub, n, generator) for k, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return {str(i): _sample(sub, n, generator) for i, sub in enumerate(space.spaces)}
+    if isinstance(space, spaces.Discrete):
+        start = int(space.start)
+        return torch.randint(start, start + int(space.n), (n,), generator=generator)
+    if isinstance(space, spaces.MultiDiscrete):
+        nvec = torch.as_tensor(np.asarray(space.nvec), dtype=torch.float64)
+        start = torch.as_tensor(np.asarray(space.start), dtype=torch.int64)
+        u = torch.rand((n, *nvec.shape), generator=generator, dtype=torch.float64)
+        return (u * nvec).floor().to(torch.int64) + start
+    if isinstance(space, spaces.MultiBinary):
+        return torch.randint(0, 2, (n, *space.shape), generator=generator).to(torch.int8)
+    if isinstance(space, spaces.Box):
+        dtype = torch_dtype(space.dtype)
+        shape = (n, *space.shape)
+        if dtype == torch.bool:
+            return torch.randint(0, 2, shape, generator=generator).bool()
+        low = torch.as_tensor(np.asarray(space.low, dtype=np.float64))
+        high = torch.as_tensor(np.asarray(space.high, dtype=np.float64))
+        u = torch.rand(shape, generator=generator, dtype=torch.float64)
+        if not dtype.is_floating_point:
+            return (low + (u * (high - low + 1)).floor()).clamp(low, high).to(dtype)
+        bounded = torch.isfinite(low) & torch.isfinite(high)
+        normal = torch.randn(shape, generator=generator, dtype=torch.float64)
+        value = torch.where(bounded, low + u * (high - low), normal)
+        value = torch.where(torch.isfinite(low) & ~bounded, low + normal.abs(), value)
+        value = torch.where(torch.isfinite(high) & ~bounded, high - normal.abs(), value)
+        return value.to(dtype)
+    raise TypeError(f"cannot sample actions from {space}: only fixed-shape gymnasium spaces are supported")
+
+
+def random_actions(
+    action_spaces: Sequence[spaces.Space],
+    *,
+    dense: bool = True,
+    generator: torch.Generator | None = None,
+) -> TensorDictBase:
+    """One random action per env under ``"action"`` (laid out as the pool reads actions).
+
+    ``dense``: every env has the same action space (one draw for the batch); else the
+    actions are drawn per env and stacked lazily.
+
+    Example:
+        >>> td = random_actions([spaces.Discrete(2)] * 3)
+        >>> td["action"].shape, td["action"].dtype
+        (torch.Size([3]), torch.int64)
+    """
+    if dense:
+        n = len(action_spaces)
+        return TensorDict({"action": _sample(action_spaces[0], n, generator)}, batch_size=[n])
+    rows = [
+        TensorDict({"action": _sample(space, 1, generator)}, batch_size=[1])[0] for space in action_spaces
+    ]
+    return lazy_stack(rows)
