@@ -160,6 +160,7 @@ def zeros(layouts: Sequence[Sequence[Leaf]], *, dense: bool) -> TensorDictBase:
     """Zeros with one row per layout (its leaves' keys, shapes and dtypes): ``[len(layouts)]``.
 
     Example:
+        >>> import numpy as np
         >>> leaf = Leaf(("observation",), (3,), np.dtype("float32"))
         >>> zeros([[leaf], [leaf]], dense=True)["observation"].shape
         torch.Size([2, 3])
