@@ -12,24 +12,30 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 import torch
-from tensordict import (
-    NonTensorData,
-    NonTensorStack,
-    TensorDict,
-    TensorDictBase,
-    lazy_stack,
-    maybe_dense_stack,
-)
+from tensordict import LazyStackedTensorDict, NonTensorData, TensorDict, TensorDictBase
 
 from aenvs._buffers import Buffers
 from aenvs._commands import Completion
 from aenvs._specs import EnvSpec, Key, Leaf
-from aenvs._tensors import torch_dtype
+from aenvs._tensors import (
+    flat_entries,
+    from_numpy,
+    lazy_stack,
+    maybe_dense_stack,
+    non_tensor_stack,
+    root_entries,
+    td_get,
+    td_items,
+    td_unchecked,
+    td_update,
+    torch_dtype,
+)
 
 __all__ = ["Batcher", "lazy_legacy_env_kept", "shallow_copy", "to_td_value"]
 
@@ -39,7 +45,7 @@ _ENV_INDEX = ("env_index",)
 
 def _long(indices: Sequence[int]) -> torch.Tensor:
     """An int64 index tensor of ``indices``, through numpy: a third of what ``torch.tensor(list)`` costs."""
-    return torch.from_numpy(np.array(indices, dtype=np.int64))
+    return from_numpy(np.array(indices, dtype=np.int64))
 
 
 def _name(key: Key) -> str:
@@ -52,10 +58,11 @@ def to_td_value(value: Any) -> Any:
         return value
     if isinstance(value, bool | int | float | np.number | np.bool_):
         return torch.tensor(value)
-    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
-        return torch.from_numpy(np.array(value))
+    if isinstance(value, np.ndarray):
+        array = cast("npt.NDArray[Any]", value)
+        return from_numpy(np.array(array)) if array.dtype.kind in "biuf" else NonTensorData(array)
     if isinstance(value, Mapping):
-        return {str(k): to_td_value(v) for k, v in value.items()}
+        return {str(k): to_td_value(v) for k, v in cast("Mapping[Any, Any]", value).items()}
     return NonTensorData(value)
 
 
@@ -77,7 +84,7 @@ _MISSING = object()
 
 
 @contextlib.contextmanager
-def lazy_legacy_env_kept() -> Iterator[None]:
+def lazy_legacy_env_kept() -> Generator[None, None, None]:
     """Around a stack of TensorDicts that may differ in keys: tensordict 0.14's leaves
     LAZY_LEGACY_OP="None" in os.environ, which every later subprocess importing tensordict
     fails to parse (fixed in 0.15; TorchRL 0.14 pins tensordict 0.14). Keep it as it was."""
@@ -105,7 +112,7 @@ def _stack_values(values: Sequence[Any]) -> Any:
         first = converted[0]
         if all(v.shape == first.shape and v.dtype == first.dtype for v in converted):
             return torch.stack(converted)
-    return NonTensorStack.from_list([None if v is _MISSING else v for v in values])  # pyright: ignore[reportArgumentType]
+    return non_tensor_stack([None if v is _MISSING else v for v in values])
 
 
 def _stack_extras(td: TensorDictBase, extras: Sequence[Mapping[Key, Any] | None]) -> None:
@@ -131,9 +138,9 @@ class Batcher:
         self._location = buffers.location
         self._groups = [
             (
-                {k: torch.from_numpy(v) for k, v in g.reset.items()},
-                {k: torch.from_numpy(v) for k, v in g.step.items()},
-                {k: torch.from_numpy(v) for k, v in g.action.items()},
+                {k: from_numpy(v) for k, v in g.reset.items()},
+                {k: from_numpy(v) for k, v in g.step.items()},
+                {k: from_numpy(v) for k, v in g.action.items()},
             )
             for g in buffers.groups
         ]
@@ -175,7 +182,7 @@ class Batcher:
         who = f"env {env_index}" + (f" (and {others} more)" if others else "")
         space = self.specs[env_index].action_space
         for leaf in leaves:
-            value = td.get(leaf.key, None)
+            value = td_get(td, leaf.key)
             if value is None:
                 raise ValueError(
                     f"{who}: the input has no {_name(leaf.key)!r} entry; its action space is {space}"
@@ -200,7 +207,7 @@ class Batcher:
             whole = list(env_indices) == self._all_rows
             rows = None if whole else np.array(env_indices, dtype=np.int64)
             for key, buf, array in self._dense_actions:
-                value = td.get(key)
+                value: torch.Tensor = td[key]  # a tensor: check_actions saw it
                 if value.requires_grad:  # a policy's output: the env needs its value, not its graph
                     value = value.detach()
                 if whole:
@@ -210,26 +217,26 @@ class Batcher:
                 if view is not None:
                     array[rows] = view
                 else:
-                    buf[torch.from_numpy(rows)] = value
+                    buf[from_numpy(cast("npt.NDArray[np.int64]", rows))] = value
             return
         for row, i in enumerate(env_indices):
             group, slot = self._location[i]
-            env_td = cast(TensorDictBase, td[row])
+            env_td = td[row]
             for key, buf in self._groups[group][2].items():
-                buf[slot] = env_td.get(key).detach()
+                buf[slot] = env_td[key].detach()
 
     # -- results out --------------------------------------------------------------
 
-    def _dense_source(self, rows: np.ndarray | None, which: int) -> dict[str, Any]:
+    def _dense_source(self, rows: npt.NDArray[np.int64] | None, which: int) -> dict[str, Any]:
         """Copies of the buffer ``rows`` (None: all, in order) as nested tensors (``which``
         0: reset buffers, 1: step buffers)."""
         source: dict[str, Any] = {}
         for key, buf in self._dense_plan[which]:
-            _put(source, key, torch.from_numpy(buf.copy() if rows is None else buf.take(rows, axis=0)))
+            _put(source, key, from_numpy(buf.copy() if rows is None else buf.take(rows, axis=0)))
         return source
 
-    def _lazy_rows(self, env_indices: Sequence[int], which: int) -> TensorDictBase:
-        per_env = []
+    def _lazy_rows(self, env_indices: Sequence[int], which: int) -> LazyStackedTensorDict:
+        per_env: list[TensorDictBase] = []
         for i in env_indices:
             group, row = self._location[i]
             per_env.append(TensorDict({k: b[row].clone() for k, b in self._groups[group][which].items()}, []))
@@ -240,7 +247,7 @@ class Batcher:
         env_indices: Sequence[int],
         which: int,
         extras: Sequence[Mapping[Key, Any] | None],
-        rows: np.ndarray | None,
+        rows: npt.NDArray[np.int64] | None,
         env_index: torch.Tensor | None = None,
     ) -> TensorDictBase:
         """The results of ``env_indices`` (``rows``: the same as an array, None for all envs
@@ -248,24 +255,27 @@ class Batcher:
         "env_index" if given."""
         if not self.dense:
             td = self._lazy_rows(env_indices, which)
-            for env_td, env_extras in zip(td.tensordicts, extras, strict=True):
+            env_tds: list[TensorDictBase] = td.tensordicts
+            for env_td, env_extras in zip(env_tds, extras, strict=True):
                 if env_extras:
-                    env_td.update({k: to_td_value(v) for k, v in _nest(env_extras).items()})
+                    td_update(env_td, {k: to_td_value(v) for k, v in _nest(env_extras).items()})
             if env_index is not None:
                 td.set("env_index", env_index)
             return td
+        # every entry was just copied out of a buffer with the batch's leading dim, so the
+        # TensorDict constructor's checks are skipped (td_unchecked): they cost half a batch
         source = self._dense_source(rows, which)
         if not any(extras):  # the common case: built whole, without a TensorDict.set per key
             if env_index is not None:
                 source["env_index"] = env_index
-            return _batch(source, len(env_indices))
-        td = _batch(source, len(env_indices))
+            return td_unchecked(source, torch.Size([len(env_indices)]))
+        td = td_unchecked(source, torch.Size([len(env_indices)]))
         _stack_extras(td, extras)
         if env_index is not None:
             td.set("env_index", env_index)
         return td
 
-    def _inputs(self, inputs: Sequence[Inputs], env_rows: np.ndarray | None) -> TensorDictBase:
+    def _inputs(self, inputs: Sequence[Inputs], env_rows: npt.NDArray[np.int64] | None) -> TensorDictBase:
         """The sent entries of a batch, whose envs may have been sent in different batches
         (``env_rows``: the batch's envs as buffer rows, None for every env in order). Its
         "env_index" may be left out: the batch sets its own."""
@@ -275,7 +285,7 @@ class Batcher:
             rows = [row for _, row in inputs]
             if rows == list(range(first.batch_size[0])):
                 return first
-        if self.dense or (single and _flat_entries(first) is not None):
+        if self.dense or (single and flat_entries(first) is not None):
             # a dense pool's action rows hold what each env was sent: one copy per action key
             sent_actions = (self._sent_actions, env_rows) if self.dense else None
             gathered = _gather_dense(inputs, sent_actions)
@@ -283,19 +293,19 @@ class Batcher:
                 return gathered
         if single:
             return first[_long([row for _, row in inputs])]
-        parts = [td[row] for td, row in inputs]
+        parts: list[TensorDictBase] = [td[row] for td, row in inputs]
         return maybe_dense_stack(parts) if self.dense else lazy_stack(parts)
 
     def empty(self) -> TensorDictBase:
         """The result of a receive that found nothing (``min_get=0``)."""
         return TensorDict({"env_index": torch.zeros(0, dtype=torch.long)}, batch_size=[0])
 
-    def _index(self, indices: list[int]) -> tuple[np.ndarray | None, torch.Tensor]:
+    def _index(self, indices: list[int]) -> tuple[npt.NDArray[np.int64] | None, torch.Tensor]:
         """``indices`` as buffer rows (None: every env, in order) and as the "env_index" entry."""
         if indices == self._all_rows:
             return None, self._arange.clone()
         rows = np.array(indices, dtype=np.int64)
-        return rows, torch.from_numpy(rows)
+        return rows, from_numpy(rows)
 
     def reset_batch(self, completions: Sequence[Completion]) -> TensorDictBase:
         indices = [c.env_index for c in completions]
@@ -312,15 +322,14 @@ class Batcher:
         completions: Sequence[Completion],
         inputs: Sequence[Inputs],
         indices: list[int],
-        rows: np.ndarray | None,
+        rows: npt.NDArray[np.int64] | None,
         env_index: torch.Tensor,
     ) -> TensorDictBase:
         nxt = self._rows(indices, 1, [c.extras for c in completions], rows)
         sent = self._inputs(inputs, rows)
         if self.dense:
-            # a TensorDict's root entries are its _tensordict: read directly, not through items()
-            root = sent._tensordict if type(sent) is TensorDict else dict(sent.items())  # pyright: ignore[reportAttributeAccessIssue]
-            return _batch({**root, "next": nxt, "env_index": env_index}, len(indices))
+            root = root_entries(sent)
+            return td_unchecked({**root, "next": nxt, "env_index": env_index}, torch.Size([len(indices)]))
         out = sent.copy() if hasattr(sent, "tensordicts") else lazy_stack(list(sent.unbind(0)))
         out.set("next", nxt)
         out.set("env_index", env_index)
@@ -338,27 +347,18 @@ class Batcher:
         return out, nxt
 
 
-def _flat_entries(td: TensorDictBase) -> dict[str, torch.Tensor] | None:
-    """The root entries of a TensorDict that holds only tensors at its root and has no dim
-    names (what a sent batch usually is), read without tensordict's generic machinery (which
-    costs more than the rest of a batch); None for any other TensorDict. Read-only."""
-    if type(td) is not TensorDict or td._has_names():
-        return None
-    entries: dict[str, Any] = td._tensordict  # pyright: ignore[reportAttributeAccessIssue]
-    return entries if all(type(v) is torch.Tensor for v in entries.values()) else None
-
-
 def shallow_copy(td: TensorDictBase) -> TensorDictBase:
     """``td.copy()``: a new TensorDict holding the same tensors, so that later key changes to
     ``td`` do not reach it; for a flat TensorDict, for a tenth of ``copy()``'s cost."""
-    entries = _flat_entries(td)
+    entries = flat_entries(td)
     if entries is None:
         return td.copy()
-    return TensorDict._new_unsafe(dict(entries), batch_size=td.batch_size, device=td.device)  # pyright: ignore[reportArgumentType]
+    return td_unchecked(dict(entries), td.batch_size, td.device)
 
 
 def _gather_dense(
-    inputs: Sequence[Inputs], sent_actions: tuple[Mapping[Key, np.ndarray], np.ndarray | None] | None = None
+    inputs: Sequence[Inputs],
+    sent_actions: tuple[Mapping[Key, npt.NDArray[Any]], npt.NDArray[np.int64] | None] | None = None,
 ) -> TensorDict | None:
     """Rows from several sent batches with the same tensor entries: one gather per batch and
     key, not one TensorDict per env (the overlapped loop's case). None when entries differ.
@@ -371,9 +371,9 @@ def _gather_dense(
     batches = list({id(td): td for td, _ in inputs}.values())  # each sent batch once, in order
     layouts: list[Mapping[Any, Any]] = []
     for td in batches:
-        leaves = _flat_entries(td)
+        leaves: Mapping[Any, Any] | None = flat_entries(td)
         if leaves is None:
-            leaves = dict(td.items(include_nested=True, leaves_only=True))
+            leaves = dict(td_items(td, nested=True, leaves=True))
             if not all(isinstance(v, torch.Tensor) for v in leaves.values()):
                 return None
         layouts.append(leaves)
@@ -383,8 +383,11 @@ def _gather_dense(
         td.batch_size[1:] != tail for td in batches
     ):
         return None
-    action_rows, env_rows = sent_actions if sent_actions is not None else ({}, None)
-    places: tuple[list[np.ndarray], list[np.ndarray]] | None = None
+    action_rows: Mapping[Key, npt.NDArray[Any]] = {}
+    env_rows: npt.NDArray[np.int64] | None = None
+    if sent_actions is not None:
+        action_rows, env_rows = sent_actions
+    places: tuple[list[npt.NDArray[np.int64]], list[npt.NDArray[np.int64]]] | None = None
     source: dict[str, Any] = {}
     for key in keys:
         path = (key,) if isinstance(key, str) else tuple(key)
@@ -393,15 +396,15 @@ def _gather_dense(
         tensors = [leaves[key] for leaves in layouts]
         sent = action_rows.get(path)
         if sent is not None and all(t.is_cpu and not t.requires_grad for t in tensors):
-            value = torch.from_numpy(sent.copy() if env_rows is None else sent.take(env_rows, axis=0))
+            value = from_numpy(sent.copy() if env_rows is None else sent.take(env_rows, axis=0))
         else:
             places = places or _places(inputs)
             value = _gather_leaf(tensors, *places, len(inputs))
         _put(source, path, value)
-    return TensorDict._new_unsafe(source, batch_size=torch.Size([len(inputs), *tail]))  # pyright: ignore[reportArgumentType]
+    return td_unchecked(source, torch.Size([len(inputs), *tail]))
 
 
-def _places(inputs: Sequence[Inputs]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _places(inputs: Sequence[Inputs]) -> tuple[list[npt.NDArray[np.int64]], list[npt.NDArray[np.int64]]]:
     """Per sent batch (in order of first use): the rows taken from it, and their positions."""
     places: dict[int, tuple[list[int], list[int]]] = {}
     for position, (td, row) in enumerate(inputs):
@@ -415,24 +418,27 @@ def _places(inputs: Sequence[Inputs]) -> tuple[list[np.ndarray], list[np.ndarray
 
 
 def _gather_leaf(
-    tensors: Sequence[torch.Tensor], rows: Sequence[np.ndarray], positions: Sequence[np.ndarray], size: int
+    tensors: Sequence[torch.Tensor],
+    rows: Sequence[npt.NDArray[np.int64]],
+    positions: Sequence[npt.NDArray[np.int64]],
+    size: int,
 ) -> torch.Tensor:
     """One entry of a gather: ``tensors[b][rows[b]]`` placed at ``positions[b]``, for each sent batch b."""
-    arrays = [_numpy_view(t) for t in tensors]
-    if all(a is not None for a in arrays) and all(a.dtype == arrays[0].dtype for a in arrays):  # pyright: ignore[reportOptionalMemberAccess]
+    arrays = [view for view in map(_numpy_view, tensors) if view is not None]
+    if len(arrays) == len(tensors) and all(a.dtype == arrays[0].dtype for a in arrays):
         # in numpy where it can: torch's per-call overhead is most of the cost at these sizes
-        first = cast(np.ndarray, arrays[0])
+        first = arrays[0]
         gathered = np.empty((size, *first.shape[1:]), first.dtype)
         for array, r, p in zip(arrays, rows, positions, strict=True):
-            gathered[p] = cast(np.ndarray, array)[r]
-        return torch.from_numpy(gathered)
+            gathered[p] = array[r]
+        return from_numpy(gathered)
     # on a device, requiring grad, or a dtype numpy lacks
-    order = torch.from_numpy(np.argsort(np.concatenate(positions)))
-    parts = [t[torch.from_numpy(r)] for t, r in zip(tensors, rows, strict=True)]
+    order = from_numpy(np.argsort(np.concatenate(positions)))
+    parts = [t[from_numpy(r)] for t, r in zip(tensors, rows, strict=True)]
     return torch.cat(parts)[order]
 
 
-def _numpy_view(value: torch.Tensor) -> np.ndarray | None:
+def _numpy_view(value: torch.Tensor) -> npt.NDArray[Any] | None:
     """A CPU tensor's memory as numpy, or None where numpy cannot view it."""
     if not value.is_cpu or value.requires_grad or value.dtype not in _NUMPY_DTYPES:
         return None
@@ -443,9 +449,3 @@ _NUMPY_DTYPES = frozenset(
     {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64}
     | {torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128}
 )
-
-
-def _batch(source: dict[str, Any], batch: int) -> TensorDict:
-    # Every entry was just copied out of a buffer (or is a TensorDict built here) with the
-    # right leading dim, so the constructor's checks can be skipped: they cost half a batch.
-    return TensorDict._new_unsafe(source, batch_size=torch.Size([batch]))  # pyright: ignore[reportArgumentType]

@@ -72,7 +72,10 @@ class Buffers:
 
     @classmethod
     def allocate(cls, specs: Sequence[EnvSpec], alloc: Allocator = _zeros) -> Buffers:
-        by_layout: dict[tuple, list[int]] = {}
+        """One group of buffers per distinct layout among ``specs``, one row per env;
+        ``alloc(shape, dtype)`` gives the memory (zeros by default, shared memory on the
+        process executor)."""
+        by_layout: dict[tuple[tuple[Leaf, ...], tuple[Leaf, ...], tuple[Leaf, ...]], list[int]] = {}
         for index, spec in enumerate(specs):
             by_layout.setdefault((spec.reset_leaves, spec.step_leaves, spec.action_leaves), []).append(index)
         groups: list[BufferGroup] = []
@@ -99,5 +102,6 @@ class Buffers:
         return cls(groups, location)
 
     def rows(self, env_index: int) -> EnvRows:
+        """Env ``env_index``'s rows of its group's buffers (views: writes land in the buffers)."""
         group, row = self.location[env_index]
         return self.groups[group].rows(row)

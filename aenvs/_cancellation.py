@@ -42,4 +42,5 @@ def cancellation_requested() -> bool:
     if _interrupted:
         return True
     task = _current_task()
-    return task is not None and task._must_cancel  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+    # ``is True`` makes the private flag (a bool in both asyncio implementations) a typed bool
+    return task is not None and task._must_cancel is True  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]

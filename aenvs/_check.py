@@ -8,7 +8,7 @@ they are finite).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -16,8 +16,8 @@ from gymnasium import spaces
 from tensordict import TensorDictBase
 
 from aenvs._errors import AenvsError
-from aenvs._specs import EnvSpec, Key, Leaf, observation_root
-from aenvs._tensors import torch_dtype
+from aenvs._specs import EnvSpec, Key, Leaf, Space, observation_root
+from aenvs._tensors import td_get, torch_dtype
 
 __all__ = ["EnvSpecError", "check_env_specs"]
 
@@ -42,20 +42,22 @@ class _Checkable(Protocol):
 
     def rollout(self, max_steps: int, *args: Any, **kwargs: Any) -> TensorDictBase: ...
 
+    def set_seed(self, seed: int | None = None) -> Any: ...
 
-def _space_items(space: spaces.Space, path: Key) -> Iterator[tuple[Key, spaces.Space]]:
+
+def _space_items(space: Space, path: Key) -> Iterator[tuple[Key, Space]]:
     """(key, leaf space) pairs of a space, as :func:`aenvs._specs.space_leaves` lays them out."""
     if isinstance(space, spaces.Dict):
-        for k, sub in space.spaces.items():
+        for k, sub in cast("spaces.Dict[Any]", space).spaces.items():
             yield from _space_items(sub, (*path, k))
     elif isinstance(space, spaces.Tuple):
-        for i, sub in enumerate(space.spaces):
+        for i, sub in enumerate(cast("spaces.Tuple[Any]", space).spaces):
             yield from _space_items(sub, (*path, str(i)))
     else:
         yield path, space
 
 
-def _bounds_error(space: spaces.Space, value: torch.Tensor) -> str | None:
+def _bounds_error(space: Space, value: torch.Tensor) -> str | None:
     """Why ``value`` (a batch of samples) is out of ``space``'s bounds, or None."""
     v = value.detach().to(torch.float64) if value.dtype != torch.bool else value.to(torch.float64)
     if isinstance(space, spaces.Discrete):
@@ -65,6 +67,7 @@ def _bounds_error(space: spaces.Space, value: torch.Tensor) -> str | None:
             return f"value {v[bad][0].item():g} outside [{low}, {high}]"
         return None
     if isinstance(space, spaces.MultiDiscrete):
+        space = cast("spaces.MultiDiscrete[Any]", space)
         low = torch.as_tensor(np.asarray(space.start), dtype=torch.float64)
         high = low + torch.as_tensor(np.asarray(space.nvec), dtype=torch.float64) - 1
     elif isinstance(space, spaces.MultiBinary):
@@ -73,13 +76,14 @@ def _bounds_error(space: spaces.Space, value: torch.Tensor) -> str | None:
             torch.ones(space.shape, dtype=torch.float64),
         )
     elif isinstance(space, spaces.Box):
+        space = cast("spaces.Box[Any]", space)
         low = torch.as_tensor(np.asarray(space.low, dtype=np.float64))
         high = torch.as_tensor(np.asarray(space.high, dtype=np.float64))
     else:
         return None
     bad = ((v < low) & torch.isfinite(low)) | ((v > high) & torch.isfinite(high))
     if bool(bad.any()):
-        position = bad.nonzero()[0].tolist()
+        position = [int(i) for i in bad.nonzero()[0]]
         return (
             f"value {v[tuple(position)].item():g} at index {position[1:] or []} is outside "
             f"[{low.broadcast_to(v.shape)[tuple(position)].item():g}, "
@@ -92,12 +96,12 @@ def _check_leaf(
     td: TensorDictBase,
     key: Key,
     leaf: Leaf,
-    space: spaces.Space | None,
+    space: Space | None,
     who: str,
     where: str,
 ) -> None:
     name = ".".join(key)
-    value = td.get(key, None)
+    value = td_get(td, key)
     if value is None:
         raise EnvSpecError(f"{who}: the {where} has no {name!r} entry; its specs give {leaf.describe()}")
     if not isinstance(value, torch.Tensor):
@@ -122,8 +126,8 @@ def _check_env(td: TensorDictBase, spec: EnvSpec, who: str) -> None:
     """Check one env's trajectory (batch ``[T]``) against its spec."""
     obs = dict(_space_items(spec.observation_space, observation_root(spec.observation_space)))
     actions = dict(_space_items(spec.action_space, ("action",)))
-    spaces_by_key: dict[Key, spaces.Space] = {**obs, **actions, ("reward",): spec.reward_space}
-    nxt = td.get("next", None)
+    spaces_by_key: dict[Key, Space] = {**obs, **actions, ("reward",): spec.reward_space}
+    nxt = td_get(td, "next")
     if not isinstance(nxt, TensorDictBase):
         raise EnvSpecError(f"{who}: the step output has no 'next' entry")
     for leaf in spec.step_leaves:
@@ -133,7 +137,7 @@ def _check_env(td: TensorDictBase, spec: EnvSpec, who: str) -> None:
     for leaf in spec.action_leaves:
         _check_leaf(td, leaf.key, leaf, spaces_by_key.get(leaf.key), who, "input")
     for where, flags in (("input", td), ("step output ('next')", nxt)):
-        done, terminated, truncated = (flags.get(k) for k in ("done", "terminated", "truncated"))
+        done, terminated, truncated = (td_get(flags, k) for k in ("done", "terminated", "truncated"))
         if not torch.equal(done, terminated | truncated):
             raise EnvSpecError(f"{who}: 'done' in the {where} is not 'terminated' or 'truncated'")
 
@@ -160,7 +164,7 @@ def check_env_specs(env: _Checkable, max_steps: int = 3, *, seed: int | None = N
         ...     check_env_specs(env)  # raises EnvSpecError on a mismatch
     """
     if seed is not None:
-        env.set_seed(seed)  # pyright: ignore[reportAttributeAccessIssue]
+        env.set_seed(seed)
     specs = env.env_specs
     trajectory = env.rollout(max_steps, break_when_any_done=False)
     for i, spec in enumerate(specs):

@@ -13,6 +13,13 @@ __all__ = ["TRANSITIONS", "Command", "CommandKind", "Completion", "RemoteError"]
 
 
 class CommandKind(enum.Enum):
+    """What a :class:`Command` asks of its envs; the value is the name errors and stats use.
+
+    Example:
+        >>> CommandKind.STEP.value, CommandKind.STEP.is_transition
+        ('step', True)
+    """
+
     RESET = "reset"
     STEP = "step"
     STEP_AND_RESET = "step_and_maybe_reset"
@@ -60,9 +67,11 @@ class Command:
         return (Command, fields[:end])
 
     def label(self) -> str:
+        """The command as errors name it: its kind, and the attribute a call names."""
         return f"{self.kind.value}:{self.name}" if self.name else self.kind.value
 
     def subset(self, env_indices: list[int]) -> Command:
+        """The same command for ``env_indices`` only (their seeds, the same arguments)."""
         seeds = {i: self.seeds[i] for i in env_indices} if self.seeds is not None else None
         return Command(self.kind, env_indices, seeds, self.options, self.name, self.args, self.kwargs)
 
@@ -80,15 +89,18 @@ class RemoteError:
 
     @classmethod
     def capture(cls, exc: BaseException) -> RemoteError:
+        """``exc``'s qualified type name and formatted traceback."""
         kind = type(exc)
         return cls(f"{kind.__module__}.{kind.__qualname__}", "".join(traceback.format_exception(exc)))
 
     @classmethod
     def worker_died(cls, description: str) -> RemoteError:
+        """The error of an env whose worker died (an :class:`EnvCrashedError` when raised)."""
         return cls(_CRASHED, f"EnvCrashedError: {description}\n", crashed=True)
 
     @classmethod
     def timed_out(cls, description: str) -> RemoteError:
+        """The error of a command that outlived its timeout (an :class:`EnvTimeoutError`)."""
         return cls(_TIMED_OUT, f"EnvTimeoutError: {description}\n")
 
     def to_exception(self, env_index: int, command: str, executor: str = "") -> EnvError:

@@ -63,9 +63,9 @@ class Env:
     TensorDict with the action entries and returns the observation entries plus
     ``"reward"`` and ``"terminated"`` (``"truncated"`` is optional), as a TensorDict
     or, cheaper to build on a hot path, a plain dict of tensors, arrays and numbers.
-    Any other entry returned is passed through as is. The TensorDict ``step`` gets is
-    reused from step to step with fresh tensors in it: keep its tensors, not the
-    TensorDict itself.
+    Any other entry returned is passed through as is. The TensorDict ``step`` gets, and
+    its tensors, are reused from step to step (the tensors view the pool's action rows,
+    which the next step's actions overwrite): clone what you keep.
 
     Example:
         >>> import torch
@@ -91,17 +91,84 @@ class Env:
         [1.0, 2.0, 3.0]
     """
 
-    observation_space: spaces.Space
-    action_space: spaces.Space
-    reward_space: ClassVar[spaces.Space | None] = None
+    observation_space: spaces.Space[Any]
+    action_space: spaces.Space[Any]
+    reward_space: ClassVar[spaces.Space[Any] | None] = None
     metadata: ClassVar[dict[str, Any]] = {}
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> TensorDictBase | Awaitable[TensorDictBase]:
+        """Start a new episode; return its first observation.
+
+        Args:
+            seed: seed the env's randomness with this, or None to carry on from its
+                current state. A seeded pool (``set_seed``, ``reset(seed=...)``) gives each
+                env its own seed.
+            options: None, or the reset options given to the pool. A partial reset of
+                nested groups (TorchRL's ``"_reset"`` beside a nested ``"done"``) passes the
+                groups to reset as ``{"_reset": {"group": {"_reset": array([True])}, ...}}``.
+
+        Returns:
+            The observation entries, laid out as ``observation_space`` says (a ``Box``
+            at ``"observation"``, a ``Dict`` space as nested keys), as a TensorDict or a
+            plain dict of tensors, arrays and numbers; any other entry is passed through.
+            The pool adds the ``"done"`` / ``"terminated"`` / ``"truncated"`` flags (False).
+            An ``async def reset`` returns them from its coroutine.
+
+        Example:
+            >>> import torch
+            >>> from gymnasium import spaces
+            >>> from aenvs import Env, SerialEnv
+            >>> class Still(Env):
+            ...     observation_space = spaces.Box(-1, 1, (2,))
+            ...     action_space = spaces.Discrete(2)
+            ...     def reset(self, *, seed=None, options=None):
+            ...         return {"observation": torch.zeros(2)}
+            >>> with SerialEnv(2, Still) as env:
+            ...     td = env.reset()
+            >>> td["observation"].shape, td["done"].flatten().tolist()
+            (torch.Size([2, 2]), [False, False])
+        """
         raise NotImplementedError
 
     def step(self, td: TensorDictBase) -> TensorDictBase | Awaitable[TensorDictBase]:
+        """Advance the episode by one action; return what it led to.
+
+        Args:
+            td: a TensorDict (batch size ``[]``) holding this env's action entries, laid
+                out as ``action_space`` says (``"action"``; a ``Dict`` space as nested
+                keys; a ``Discrete`` action as an int64 scalar tensor). It and its tensors
+                are reused from step to step: clone what you keep.
+
+        Returns:
+            The observation entries (as ``reset`` returns them), ``"reward"`` (one
+            number: a float, or a tensor or array of shape ``()`` or ``(1,)``; stored as
+            float32) and ``"terminated"`` (a bool, or a one-element tensor or array),
+            ``"truncated"`` optionally (False when absent), as a TensorDict or, cheaper to
+            build, a plain dict. Any other entry
+            is passed through under ``"next"``. An ``async def step`` returns them from
+            its coroutine.
+
+        Example:
+            >>> import torch
+            >>> from gymnasium import spaces
+            >>> from aenvs import Env, SerialEnv
+            >>> class Coin(Env):
+            ...     observation_space = spaces.Box(-1, 1, (1,))
+            ...     action_space = spaces.Discrete(2)
+            ...     def reset(self, *, seed=None, options=None):
+            ...         return {"observation": torch.zeros(1)}
+            ...     def step(self, td):
+            ...         heads = bool(td["action"])
+            ...         return {"observation": torch.ones(1), "reward": float(heads), "terminated": heads}
+            >>> with SerialEnv(1, Coin) as env:
+            ...     td = env.reset()
+            ...     td["action"] = torch.ones(1, dtype=torch.long)
+            ...     out = env.step(td)
+            >>> out["next", "reward"].tolist(), out["next", "terminated"].tolist()
+            ([[1.0]], [[True]])
+        """
         raise NotImplementedError
 
     def close(self) -> None:

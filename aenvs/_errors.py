@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = [
     "AenvsError",
@@ -77,7 +78,7 @@ class EnvError(AenvsError):
         where = f" on the {self.executor} executor" if self.executor else ""
         return f"env {self.env_index} failed in {self.command}{where}: {last or self.exc_type}"
 
-    def __reduce__(self):  # keep the attributes through pickling (process / ray)
+    def __reduce__(self) -> tuple[Any, ...]:  # keep the attributes through pickling (process / ray)
         return (
             type(self),
             (
@@ -144,7 +145,7 @@ class VectorEnvTimeoutError(EnvTimeoutError, multiprocessing.TimeoutError, Timeo
             None  # the TimeoutError (an OSError) base took the env and command for them
         )
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.call, self.timeout, self.unanswered, self.num_envs))
 
 
@@ -169,7 +170,7 @@ class EnvBusyError(AenvsError):
             "received; recv it before sending again"
         )
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.env_index, str(self)))
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 __all__ = ["read_env_index"]
@@ -36,22 +37,23 @@ def read_env_index(value: Any, num_envs: int, name: str = "env_index") -> list[i
             raise TypeError(
                 f"{name} is a {value.dtype} tensor: env indices are integers ({_forms(num_envs)})"
             )
-        return value.reshape(-1).tolist()
+        return value.reshape(-1).tolist()  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
     if isinstance(value, np.ndarray):
-        if value.dtype.kind == "b":
-            return _mask(value, value.shape, num_envs, name)
-        if value.dtype.kind not in "iu":
+        array = cast("npt.NDArray[Any]", value)
+        if array.dtype.kind == "b":
+            return _mask(array, array.shape, num_envs, name)
+        if array.dtype.kind not in "iu":
             raise TypeError(
-                f"{name} is an array of {value.dtype}: env indices are integers ({_forms(num_envs)})"
+                f"{name} is an array of {array.dtype}: env indices are integers ({_forms(num_envs)})"
             )
-        return value.reshape(-1).tolist()
+        return array.reshape(-1).tolist()
     if isinstance(value, bool | np.bool_):
         raise TypeError(
             f"{name} is {value!r}: env indices are integers ({_forms(num_envs)}; "
             "a list of bools is not read as a mask, a bool tensor is)"
         )
     if isinstance(value, int | np.integer):
-        return [int(value)]
+        return [int(cast("int | np.integer[Any]", value))]
     if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
         raise TypeError(f"{name} is {value!r} ({type(value).__name__}): expected {_forms(num_envs)}")
     indices: list[int] = []
@@ -65,11 +67,13 @@ def read_env_index(value: Any, num_envs: int, name: str = "env_index") -> list[i
                 continue
             except TypeError:
                 pass
-        raise TypeError(f"{name}[{k}] is {item!r} ({type(item).__name__}): env indices are integers")
+        raise TypeError(
+            f"{name}[{k}] is {item!r} ({type(cast(object, item)).__name__}): env indices are integers"
+        )
     return indices
 
 
-def _mask(mask: np.ndarray, shape: Any, num_envs: int, name: str) -> list[int]:
+def _mask(mask: npt.NDArray[Any], shape: Any, num_envs: int, name: str) -> list[int]:
     if tuple(shape) != (num_envs,):
         raise ValueError(
             f"{name} is a boolean mask of shape {tuple(shape)}; a mask selects envs and needs shape ({num_envs},)"

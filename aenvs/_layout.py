@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tensordict import TensorDictBase
 
 __all__ = ["step_mdp"]
@@ -20,9 +22,10 @@ def step_mdp(td: TensorDictBase, *, keep_reward: bool = False) -> TensorDictBase
         >>> sorted(step_mdp(td).keys())
         ['observation']
     """
-    nxt = td.get("next").copy()
+    root: Any = td  # TensorDictBase.keys is partially annotated
+    nxt: Any = root.get("next").copy()
     if not keep_reward and "reward" in nxt.keys():
         nxt = nxt.exclude("reward")
-    if "env_index" in td.keys() and "env_index" not in nxt.keys():
-        nxt.set("env_index", td.get("env_index"))
+    if "env_index" in root.keys() and "env_index" not in nxt.keys():
+        nxt.set("env_index", root.get("env_index"))
     return nxt

@@ -27,17 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
-from tensordict import (
-    LazyStackedTensorDict,
-    NonTensorData,
-    NonTensorStack,
-    TensorDict,
-    TensorDictBase,
-    lazy_stack,
-)
+from tensordict import LazyStackedTensorDict, NonTensorData, NonTensorStack, TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
 
 from aenvs._specs import Leaf
-from aenvs._tensors import torch_dtype
+from aenvs._tensors import lazy_stack, non_tensor_stack, td_clone, td_get, td_keys, tensor_tolist, torch_dtype
 
 __all__ = [
     "RESET_KEY",
@@ -62,8 +56,8 @@ _DONE_NAMES = ("done", "terminated", "truncated")
 Key = tuple[str, ...]
 
 
-def _key(key: str | tuple[str, ...]) -> Key:
-    return (key,) if isinstance(key, str) else tuple(key)
+def _key(key: NestedKey) -> Key:
+    return (key,) if isinstance(key, str) else cast("Key", tuple(key))
 
 
 def _name(key: Key) -> str:
@@ -76,11 +70,11 @@ def _is_leaf(cls: type) -> bool:
 
 
 def _leaves(td: TensorDictBase) -> list[Key]:
-    return [_key(k) for k in td.keys(include_nested=True, leaves_only=True, is_leaf=_is_leaf)]
+    return [_key(k) for k in td_keys(td, nested=True, leaves=True, is_leaf=_is_leaf)]
 
 
 def _row(td: TensorDictBase, index: int) -> TensorDictBase:
-    return cast(TensorDictBase, td[index])
+    return td[index]
 
 
 def _is_lazy(td: TensorDictBase) -> bool:
@@ -88,7 +82,7 @@ def _is_lazy(td: TensorDictBase) -> bool:
 
 
 def _mask_keys(td: TensorDictBase, names: Collection[str] = _MASKS) -> list[Key]:
-    return [k for k in map(_key, td.keys(include_nested=True)) if k[-1] in names]
+    return [k for k in map(_key, td_keys(td, nested=True)) if k[-1] in names]
 
 
 def has_reset_mask(td: TensorDictBase) -> bool:
@@ -115,7 +109,7 @@ def strip_masks(td: TensorDictBase) -> TensorDictBase:
 
 def _mask(td: TensorDictBase, key: Key, batch: int) -> torch.Tensor:
     """The mask at ``key`` as a bool tensor of shape ``[batch]`` (any over trailing dims)."""
-    value = td.get(key)
+    value = td_get(td, key)
     if not isinstance(value, torch.Tensor) or value.dtype != torch.bool:
         kind = value.dtype if isinstance(value, torch.Tensor) else type(value).__name__
         raise TypeError(f"{_name(key)!r} must be a bool tensor, got {kind}")
@@ -133,7 +127,7 @@ def step_mask(td: TensorDictBase) -> torch.Tensor | None:
         >>> step_mask(TensorDict({"_step": torch.tensor([[True], [False]])}, [2])).tolist()
         [True, False]
     """
-    if STEP_KEY not in td.keys():
+    if STEP_KEY not in td_keys(td):
         return None
     return _mask(td, (STEP_KEY,), td.batch_size[0])
 
@@ -148,9 +142,9 @@ def done_rows(td: TensorDictBase) -> torch.Tensor:
     """
     batch = td.batch_size[0]
     done = torch.zeros(batch, dtype=torch.bool)
-    for key in map(_key, td.keys(include_nested=True, leaves_only=True)):
+    for key in map(_key, td_keys(td, nested=True, leaves=True)):
         if key[-1] in _DONE_NAMES and key[0] != "next":
-            value = td.get(key)
+            value = td_get(td, key)
             if isinstance(value, torch.Tensor) and value.dtype == torch.bool:
                 done |= value.reshape(batch, -1).any(-1)
     return done
@@ -195,7 +189,7 @@ class ResetPlan:
 
     rows: list[int]
     groups: dict[Key, torch.Tensor] | None = None
-    options: list[dict[str, Any] | None] = field(default_factory=list)
+    options: list[dict[str, Any] | None] = field(default_factory=list[dict[str, Any] | None])
 
 
 def _nested_options(td: TensorDictBase, keys: Sequence[Key], row: int) -> dict[str, Any]:
@@ -205,7 +199,7 @@ def _nested_options(td: TensorDictBase, keys: Sequence[Key], row: int) -> dict[s
         node = tree
         for part in key[:-1]:
             node = node.setdefault(part, {})
-        node[key[-1]] = td.get(key)[row].numpy(force=True).copy()
+        node[key[-1]] = td_get(td, key)[row].numpy(force=True).copy()
     return tree
 
 
@@ -224,8 +218,8 @@ def plan_reset(td: TensorDictBase, done_keys: Collection[Key]) -> ResetPlan:
     keys = _mask_keys(td, (RESET_KEY,))
     if (RESET_KEY,) in keys:
         root = _mask(td, (RESET_KEY,), batch)
-        return ResetPlan(root.nonzero().flatten().tolist())
-    present = {k for k in map(_key, td.keys(include_nested=True)) if k[-1] == "done"}
+        return ResetPlan(tensor_tolist(root.nonzero().flatten()))
+    present = {k for k in map(_key, td_keys(td, nested=True)) if k[-1] == "done"}
     groups: dict[Key, torch.Tensor] = {}
     for key in keys:
         level = key[:-1]
@@ -238,7 +232,7 @@ def plan_reset(td: TensorDictBase, done_keys: Collection[Key]) -> ResetPlan:
     if not groups:
         return ResetPlan(list(range(batch)))
     any_group = torch.stack(list(groups.values())).any(0)
-    rows = any_group.nonzero().flatten().tolist()
+    rows: list[int] = tensor_tolist(any_group.nonzero().flatten())
     options: list[dict[str, Any] | None] = [{RESET_KEY: _nested_options(td, keys, r)} for r in rows]
     return ResetPlan(rows, groups, options)
 
@@ -279,9 +273,9 @@ def _place(old: Any, new: Any, rows: torch.Tensor, batch: int, key: Key) -> Any:
         out[rows] = new
         return out
     values = _values(old, batch)
-    for row, value in zip(rows.tolist(), _values(new, len(rows)), strict=True):
+    for row, value in zip(tensor_tolist(rows), _values(new, len(rows)), strict=True):
         values[row] = value
-    return NonTensorStack.from_list(values)  # pyright: ignore[reportArgumentType]
+    return non_tensor_stack(values)
 
 
 def _zero_rows(old: Any, rows: torch.Tensor, batch: int) -> Any:
@@ -290,9 +284,9 @@ def _zero_rows(old: Any, rows: torch.Tensor, batch: int) -> Any:
         out[rows] = 0
         return out
     values = _values(old, batch)
-    for row in rows.tolist():
+    for row in tensor_tolist(rows):
         values[row] = None
-    return NonTensorStack.from_list(values)  # pyright: ignore[reportArgumentType]
+    return non_tensor_stack(values)
 
 
 def merge_reset(
@@ -317,19 +311,19 @@ def merge_reset(
     out = previous.copy()
     rows = torch.as_tensor(plan.rows, dtype=torch.long)
     groups = plan.groups
-    given = set()
+    given: set[Key] = set()
     for key in _leaves(reset):
         if key == ("env_index",):
             continue
         given.add(key)
         level = _level(key, groups)
-        new = reset.get(key)
+        new = td_get(reset, key)
         target = rows
         if level is not None:
             assert groups is not None
             take = groups[level][rows]
             target, new = rows[take], new[take]
-        out.set(key, _place(previous.get(key, None), new, target, batch, key))
+        out.set(key, _place(td_get(previous, key), new, target, batch, key))
     if groups is None and len(plan.rows) == batch:
         out.set("env_index", env_index)
         return out  # a reset of every env keeps the other input entries, as TorchRL's
@@ -342,7 +336,7 @@ def merge_reset(
             assert groups is not None
             target = rows[groups[level][rows]]
         if len(target):
-            out.set(key, _zero_rows(previous.get(key), target, batch))
+            out.set(key, _zero_rows(td_get(previous, key), target, batch))
     out.set("env_index", env_index)
     return out
 
@@ -366,11 +360,11 @@ def _merge_reset_rows(
             given = {k for k in _leaves(new) if k != ("env_index",)}
             for key in given:
                 if applies(key):
-                    row.set(key, new.get(key))
+                    row.set(key, td_get(new, key))
             whole = groups is None and len(plan.rows) == previous.batch_size[0]
             for key in [] if whole else _leaves(_row(previous, r)):
                 if key not in given and key != ("env_index",) and applies(key):
-                    value = row.get(key)
+                    value = td_get(row, key)
                     if isinstance(value, torch.Tensor):
                         row.set(key, torch.zeros_like(value))
                     else:
@@ -414,7 +408,7 @@ def merge_step(
     """
     if _is_lazy(previous) or _is_lazy(stepped) or _is_lazy(template):
         return _merge_step_rows(previous, stepped, rows, template, env_index)
-    nxt = fill_rows(previous, stepped.get("next") if len(rows) else template[:0], rows, template)
+    nxt = fill_rows(previous, stepped["next"] if len(rows) else template[:0], rows, template)
     out = previous.copy()
     out.set("next", nxt)
     out.set("env_index", env_index)
@@ -442,14 +436,14 @@ def fill_rows(
     out = TensorDict({}, batch_size=[batch])
     given = _leaves(new)
     for key in given:
-        old = base.get(key, None)
+        old = td_get(base, key)
         if old is None and template is not None:
-            old = template.get(key, None)
-        out.set(key, _place(old, new.get(key), index, batch, key))
+            old = td_get(template, key)
+        out.set(key, _place(old, td_get(new, key), index, batch, key))
     if template is not None:
         for key in _leaves(template):
             if key not in given:
-                zeros, old = template.get(key), base.get(key, None)
+                zeros, old = td_get(template, key), td_get(base, key)
                 out.set(key, zeros.clone() if old is None else _place(old, zeros[:0], index[:0], batch, key))
     return out
 
@@ -466,12 +460,12 @@ def _fill_rows_lazy(
             continue
         if template is None:
             raise ValueError("a partial batch of envs with different layouts needs a template")
-        row = _row(template, r).clone()
+        row = td_clone(_row(template, r))
         previous = _row(base, r)
         for key in _leaves(row):
-            old = previous.get(key, None)
-            if isinstance(old, torch.Tensor) and old.shape == row.get(key).shape:
-                row.set(key, old.to(row.get(key).dtype, copy=True))
+            old = td_get(previous, key)
+            if isinstance(old, torch.Tensor) and old.shape == td_get(row, key).shape:
+                row.set(key, old.to(td_get(row, key).dtype, copy=True))
         out.append(row)
     return lazy_stack(out)
 
@@ -483,8 +477,8 @@ def _merge_step_rows(
     template: TensorDictBase,
     env_index: torch.Tensor,
 ) -> TensorDictBase:
-    nxt = _fill_rows_lazy(previous, stepped.get("next") if len(rows) else template[:0], rows, template)
-    out_rows = []
+    nxt = _fill_rows_lazy(previous, stepped["next"] if len(rows) else template[:0], rows, template)
+    out_rows: list[TensorDictBase] = []
     for r in range(previous.batch_size[0]):
         row = _row(previous, r).copy()
         row.set("next", _row(nxt, r))

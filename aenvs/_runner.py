@@ -127,6 +127,7 @@ class EnvRunner:
             slot.attach(rows[i])
 
     def is_async(self, env_index: int) -> bool:
+        """Whether env ``env_index``'s commands are coroutines (an async env)."""
         return self._slots[env_index].adapter.is_async
 
     # -- running commands -------------------------------------------------------
@@ -140,6 +141,7 @@ class EnvRunner:
         return [drive(self.execute_one(i, command)) for i in command.env_indices]
 
     async def execute_async(self, command: Command) -> list[Completion]:
+        """Run ``command`` on its envs hosted here concurrently, on the running loop."""
         results = await asyncio.gather(
             *(self.execute_one(i, command) for i in command.env_indices), return_exceptions=True
         )
@@ -157,11 +159,12 @@ class EnvRunner:
                 out: Any = adapter.step(rows.action, rows.row)
                 if type(out) is not Outcome and type(out) is not dict:  # an async env's coroutine
                     out = await out
-                # None: not a plain dict it could write (a gym env's Outcome skips the call)
-                done = self._write_plain_step(slot, out) if type(out) is dict else None
+                # None: not a plain dict it could write (a gym env's Outcome skips the call).
+                # The ignores: pyright narrows the adapter's Any to dict[Unknown, Unknown]
+                done = self._write_plain_step(slot, out) if type(out) is dict else None  # pyright: ignore[reportUnknownArgumentType]
                 extras = None
                 if done is None:
-                    if type(out) is not Outcome:
+                    if type(out) is not Outcome:  # pyright: ignore[reportUnknownArgumentType] - as above
                         out = adapter.outcome(out, True)
                     done = out.terminated or out.truncated
                     extras = self._write_step(slot, out, done)

@@ -3,28 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from gymnasium import spaces
-from tensordict import TensorDict, TensorDictBase, lazy_stack
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
+from aenvs._specs import Space
 from aenvs._tensors import torch_dtype
 
 __all__ = ["random_actions"]
 
 
-def _sample(space: spaces.Space, n: int, generator: torch.Generator | None) -> Any:
+def _sample(space: Space, n: int, generator: torch.Generator | None) -> Any:
     """``n`` samples of ``space`` stacked on a first dim: a tensor, or a dict for Dict / Tuple."""
     if isinstance(space, spaces.Dict):
-        return {k: _sample(sub, n, generator) for k, sub in space.spaces.items()}
+        return {k: _sample(sub, n, generator) for k, sub in cast("spaces.Dict[Any]", space).spaces.items()}
     if isinstance(space, spaces.Tuple):
-        return {str(i): _sample(sub, n, generator) for i, sub in enumerate(space.spaces)}
+        subspaces = cast("spaces.Tuple[Any]", space).spaces
+        return {str(i): _sample(sub, n, generator) for i, sub in enumerate(subspaces)}
     if isinstance(space, spaces.Discrete):
         start = int(space.start)
         return torch.randint(start, start + int(space.n), (n,), generator=generator)
     if isinstance(space, spaces.MultiDiscrete):
+        space = cast("spaces.MultiDiscrete[Any]", space)
         nvec = torch.as_tensor(np.asarray(space.nvec), dtype=torch.float64)
         start = torch.as_tensor(np.asarray(space.start), dtype=torch.int64)
         u = torch.rand((n, *nvec.shape), generator=generator, dtype=torch.float64)
@@ -32,6 +35,7 @@ def _sample(space: spaces.Space, n: int, generator: torch.Generator | None) -> A
     if isinstance(space, spaces.MultiBinary):
         return torch.randint(0, 2, (n, *space.shape), generator=generator).to(torch.int8)
     if isinstance(space, spaces.Box):
+        space = cast("spaces.Box[Any]", space)
         dtype = torch_dtype(space.dtype)
         shape = (n, *space.shape)
         if dtype == torch.bool:
@@ -51,7 +55,7 @@ def _sample(space: spaces.Space, n: int, generator: torch.Generator | None) -> A
 
 
 def random_actions(
-    action_spaces: Sequence[spaces.Space],
+    action_spaces: Sequence[Space],
     *,
     dense: bool = True,
     generator: torch.Generator | None = None,
@@ -72,4 +76,4 @@ def random_actions(
     rows = [
         TensorDict({"action": _sample(space, 1, generator)}, batch_size=[1])[0] for space in action_spaces
     ]
-    return lazy_stack(rows)
+    return LazyStackedTensorDict.lazy_stack(rows)

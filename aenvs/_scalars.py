@@ -27,8 +27,7 @@ def reward_value(value: Any) -> float:
         ...
         ValueError: the env returned a reward of 1e+300, beyond float32's range (the reward's dtype): it would be stored as inf
     """
-    kind = type(value)
-    if kind is float or kind is int:
+    if type(value) is float or type(value) is int:
         reward = float(value)
     else:
         shape = getattr(value, "shape", None)
@@ -38,7 +37,7 @@ def reward_value(value: Any) -> float:
             reward = float(value.item() if shape is not None else value)
         except (TypeError, ValueError) as exc:
             raise TypeError(
-                f"the env returned a reward of type {kind.__name__} ({value!r}): a reward is one number"
+                f"the env returned a reward of type {type(value).__name__} ({value!r}): a reward is one number"
             ) from exc
     if (reward > _FLOAT32_MAX or reward < -_FLOAT32_MAX) and not math.isinf(reward):
         raise ValueError(

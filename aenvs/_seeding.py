@@ -28,7 +28,7 @@ def seed_chain(seed: int, n: int) -> tuple[list[int], int]:
         >>> seeds[0], len(seeds), after == next_seed(seeds[-1])
         (7, 3, True)
     """
-    seeds = []
+    seeds: list[int] = []
     for _ in range(n):
         seeds.append(seed)
         seed = next_seed(seed)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from gymnasium import spaces
@@ -30,6 +30,8 @@ __all__ = [
 ]
 
 Key = tuple[str, ...]
+Space = spaces.Space[Any]
+"""Any gymnasium space."""
 
 FLAG_SHAPE = (1,)
 DONE_KEYS: tuple[Key, ...] = (("done",), ("terminated",), ("truncated",))
@@ -53,7 +55,7 @@ class Leaf:
         return f"shape {tuple(self.shape)} and dtype {self.dtype}"
 
 
-def space_leaves(space: spaces.Space, path: Key) -> list[Leaf]:
+def space_leaves(space: Space, path: Key) -> list[Leaf]:
     """Flatten a gymnasium space into the fixed-shape leaves it stores at ``path``.
 
     Example:
@@ -62,7 +64,7 @@ def space_leaves(space: spaces.Space, path: Key) -> list[Leaf]:
         [('n',), ('pos',)]
     """
     if isinstance(space, spaces.Box):
-        return [Leaf(path, tuple(space.shape), np.dtype(space.dtype))]
+        return [Leaf(path, tuple(space.shape), np.dtype(cast("spaces.Box[Any]", space).dtype))]
     if isinstance(space, spaces.Discrete):
         return [Leaf(path, (), np.dtype(np.int64))]
     if isinstance(space, spaces.MultiDiscrete):
@@ -70,39 +72,47 @@ def space_leaves(space: spaces.Space, path: Key) -> list[Leaf]:
     if isinstance(space, spaces.MultiBinary):
         return [Leaf(path, tuple(space.shape), np.dtype(np.int8))]
     if isinstance(space, spaces.Dict):
-        return [leaf for k, sub in space.spaces.items() for leaf in space_leaves(sub, (*path, k))]
+        return [
+            leaf
+            for k, sub in cast("spaces.Dict[Any]", space).spaces.items()
+            for leaf in space_leaves(sub, (*path, k))
+        ]
     if isinstance(space, spaces.Tuple):
-        return [leaf for i, sub in enumerate(space.spaces) for leaf in space_leaves(sub, (*path, str(i)))]
+        return [
+            leaf
+            for i, sub in enumerate(cast("spaces.Tuple[Any]", space).spaces)
+            for leaf in space_leaves(sub, (*path, str(i)))
+        ]
     return []  # no fixed shape: carried as non-tensor data
 
 
-def observation_root(space: spaces.Space) -> Key:
+def observation_root(space: Space) -> Key:
     """Where an observation space's values live: a Dict at the root, the rest under "observation"."""
     return () if isinstance(space, spaces.Dict) else ("observation",)
 
 
-def observation_leaves(space: spaces.Space) -> list[Leaf]:
+def observation_leaves(space: Space) -> list[Leaf]:
     return space_leaves(space, observation_root(space))
 
 
-def action_leaves(space: spaces.Space) -> list[Leaf]:
+def action_leaves(space: Space) -> list[Leaf]:
     return space_leaves(space, ("action",))
 
 
-def flatten_value(space: spaces.Space, value: Any, path: Key) -> Iterator[tuple[Key, Any]]:
+def flatten_value(space: Space, value: Any, path: Key) -> Iterator[tuple[Key, Any]]:
     """Yield ``(key, value)`` for every part of ``value`` laid out as ``space`` says."""
     if isinstance(space, spaces.Dict):
-        for k, sub in space.spaces.items():
+        for k, sub in cast("spaces.Dict[Any]", space).spaces.items():
             yield from flatten_value(sub, value[k], (*path, k))
     elif isinstance(space, spaces.Tuple):
-        for i, sub in enumerate(space.spaces):
+        for i, sub in enumerate(cast("spaces.Tuple[Any]", space).spaces):
             yield from flatten_value(sub, value[i], (*path, str(i)))
     else:
         yield path, value
 
 
 def action_reader(
-    space: spaces.Space, buffers: Mapping[Key, np.ndarray], path: Key = ("action",)
+    space: Space, buffers: Mapping[Key, np.ndarray], path: Key = ("action",)
 ) -> Callable[[int], Any]:
     """A function reading one env's action out of per-leaf buffers, as ``space`` expects it.
 
@@ -123,14 +133,22 @@ def action_reader(
         np.int8(2)
     """
     if isinstance(space, spaces.Dict):
-        parts = {k: action_reader(sub, buffers, (*path, k)) for k, sub in space.spaces.items()}
+        parts = {
+            k: action_reader(sub, buffers, (*path, k))
+            for k, sub in cast("spaces.Dict[Any]", space).spaces.items()
+        }
         return lambda row: {k: read(row) for k, read in parts.items()}
     if isinstance(space, spaces.Tuple):
-        items = [action_reader(sub, buffers, (*path, str(i))) for i, sub in enumerate(space.spaces)]
+        items = [
+            action_reader(sub, buffers, (*path, str(i)))
+            for i, sub in enumerate(cast("spaces.Tuple[Any]", space).spaces)
+        ]
         return lambda row: tuple(read(row) for read in items)
     buf = buffers[path]
-    if isinstance(space, spaces.Discrete | spaces.MultiDiscrete) and space.dtype != buf.dtype:
-        return _integer_reader(buf, np.dtype(space.dtype), isinstance(space, spaces.Discrete))
+    if isinstance(space, spaces.Discrete | spaces.MultiDiscrete):
+        dtype: np.dtype[Any] = cast("spaces.Discrete[Any] | spaces.MultiDiscrete[Any]", space).dtype
+        if dtype != buf.dtype:
+            return _integer_reader(buf, dtype, isinstance(space, spaces.Discrete))
     if isinstance(space, spaces.Discrete):
         return lambda row: int(buf[row])
     # a copy: the row is overwritten by the next send, and envs may keep what they get
@@ -181,11 +199,9 @@ class EnvSpec:
         [('observation',), ('reward',), ('done',), ('terminated',), ('truncated',)]
     """
 
-    observation_space: spaces.Space
-    action_space: spaces.Space
-    reward_space: spaces.Space = field(
-        default_factory=lambda: spaces.Box(-np.inf, np.inf, FLAG_SHAPE, np.float32)
-    )
+    observation_space: Space
+    action_space: Space
+    reward_space: Space = field(default_factory=lambda: spaces.Box(-np.inf, np.inf, FLAG_SHAPE, np.float32))
     reset_leaves: tuple[Leaf, ...] = ()
     step_leaves: tuple[Leaf, ...] = ()
     action_leaves: tuple[Leaf, ...] = ()
@@ -193,10 +209,28 @@ class EnvSpec:
     @classmethod
     def from_spaces(
         cls,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        reward_space: spaces.Space | None = None,
+        observation_space: Space,
+        action_space: Space,
+        reward_space: Space | None = None,
     ) -> EnvSpec:
+        """The spec of an env with these spaces, its leaves flattened from them.
+
+        A reset gives the observation leaves and the done / terminated / truncated flags
+        (bool, shape ``(1,)``); a step gives those plus ``"reward"`` (float32, shape
+        ``(1,)``), and takes the action leaves under ``"action"``. ``reward_space`` (by
+        default an unbounded float32 ``Box`` of shape ``(1,)``) is kept for checks.
+
+        Example:
+            >>> from gymnasium import spaces
+            >>> spec = EnvSpec.from_spaces(
+            ...     spaces.Dict({"pos": spaces.Box(-1, 1, (2,)), "hit": spaces.MultiBinary(3)}),
+            ...     spaces.Discrete(4),
+            ... )
+            >>> [(leaf.key, leaf.shape, str(leaf.dtype)) for leaf in spec.reset_leaves[:2]]
+            [(('hit',), (3,), 'int8'), (('pos',), (2,), 'float32')]
+            >>> [(leaf.key, leaf.shape, str(leaf.dtype)) for leaf in spec.action_leaves]
+            [(('action',), (), 'int64')]
+        """
         reward_space = reward_space or spaces.Box(-np.inf, np.inf, FLAG_SHAPE, np.float32)
         obs = observation_leaves(observation_space)
         reward = Leaf(REWARD_KEY, FLAG_SHAPE, np.dtype(np.float32))

@@ -23,68 +23,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Self
 
 import torch
-from gymnasium import spaces
 from tensordict import TensorDictBase
 
 from aenvs._env import EnvFn, EnvState
 from aenvs._errors import EnvError, PoolClosedError
 from aenvs._loop import DriverKind, LoopDriver, kill_dropped, make_driver
 from aenvs._pool import AsyncEnvPool, EnvIndex, PoolStats, StackMode
-from aenvs._specs import EnvSpec
+from aenvs._specs import EnvSpec, Space
+from aenvs._torchrl_args import check_options, env_factories
 from aenvs.executors import Executor
 
 __all__ = ["BatchedEnv", "ParallelEnv", "SerialEnv"]
-
-# TorchRL BatchedEnvBase arguments that have no meaning here (aenvs decides memory
-# layout, devices and start methods itself); accepted so TorchRL scripts run unchanged.
-_TORCHRL_NO_OPS = frozenset(
-    {
-        "pin_memory",
-        "share_individual_td",
-        "shared_memory",
-        "memmap",
-        "policy_proof",
-        "allow_step_when_done",
-        "num_threads",
-        "num_sub_threads",
-        "serial_for_single",
-        "non_blocking",
-        "mp_start_method",
-        "use_buffers",
-        "consolidate",
-        "daemon",
-    }
-)
-
-
-def _env_fns(
-    num_workers: int,
-    create_env_fn: EnvFn | Sequence[EnvFn],
-    create_env_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None,
-) -> tuple[list[EnvFn], list[dict[str, Any]] | None]:
-    """One factory per env (with its kwargs bound), and gymnasium make kwargs for id strings."""
-    if num_workers < 1:
-        raise ValueError(f"num_workers must be >= 1, got {num_workers}")
-    if isinstance(create_env_fn, str) or callable(create_env_fn):
-        fns: list[EnvFn] = [create_env_fn] * num_workers
-    else:
-        fns = list(create_env_fn)
-        if len(fns) != num_workers:
-            raise ValueError(f"num_workers={num_workers} but {len(fns)} create_env_fn were given")
-    if create_env_kwargs is None:
-        kwargs: list[dict[str, Any]] = [{} for _ in fns]
-    elif isinstance(create_env_kwargs, Mapping):
-        kwargs = [dict(create_env_kwargs) for _ in fns]
-    else:
-        kwargs = [dict(k) for k in create_env_kwargs]
-        if len(kwargs) != num_workers:
-            raise ValueError(f"num_workers={num_workers} but {len(kwargs)} create_env_kwargs were given")
-    make_kwargs = [k if isinstance(fn, str) else {} for fn, k in zip(fns, kwargs, strict=True)]
-    bound = [
-        fn if isinstance(fn, str) or not k else functools.partial(fn, **k)
-        for fn, k in zip(fns, kwargs, strict=True)
-    ]
-    return bound, (make_kwargs if any(make_kwargs) else None)
 
 
 def _call_back(
@@ -135,12 +84,8 @@ class BatchedEnv:
         device: str | torch.device | None = None,
         **torchrl_options: Any,
     ) -> None:
-        unknown = set(torchrl_options) - _TORCHRL_NO_OPS
-        if unknown:
-            raise TypeError(f"{type(self).__name__}() got unexpected keyword arguments {sorted(unknown)}")
-        if device is not None and torch.device(device).type != "cpu":
-            raise ValueError(f"aenvs envs produce CPU tensors; device={device!r} is not supported")
-        env_fns, make_kwargs = _env_fns(num_workers, create_env_fn, create_env_kwargs)
+        check_options(type(self).__name__, torchrl_options, device)
+        env_fns, make_kwargs = env_factories(num_workers, create_env_fn, create_env_kwargs)
         self._pool = AsyncEnvPool(
             env_fns,
             executor=executor or self.default_executor,
@@ -229,24 +174,24 @@ class BatchedEnv:
         return self._pool.env_specs
 
     @property
-    def observation_spaces(self) -> list[spaces.Space]:
+    def observation_spaces(self) -> list[Space]:
         return [s.observation_space for s in self.env_specs]
 
     @property
-    def action_spaces(self) -> list[spaces.Space]:
+    def action_spaces(self) -> list[Space]:
         return [s.action_space for s in self.env_specs]
 
     @property
-    def observation_space(self) -> spaces.Space:
+    def observation_space(self) -> Space:
         """The observation space every env shares (ValueError if they differ: see ``observation_spaces``)."""
         return self._shared("observation_space")
 
     @property
-    def action_space(self) -> spaces.Space:
+    def action_space(self) -> Space:
         """The action space every env shares (ValueError if they differ: see ``action_spaces``)."""
         return self._shared("action_space")
 
-    def _shared(self, name: str) -> spaces.Space:
+    def _shared(self, name: str) -> Space:
         values = [getattr(s, name) for s in self.env_specs]
         if any(v != values[0] for v in values[1:]):
             raise ValueError(f"the envs have different {name}s; use {name}s for one per env")
@@ -257,6 +202,14 @@ class BatchedEnv:
         return self._pool.env_states
 
     def stats(self) -> PoolStats:
+        """The pool's counters: per env step counts and latencies, in-flight envs, throughput.
+
+        Example:
+            >>> with SerialEnv(2, "CartPole-v1") as env:
+            ...     _ = env.rand_step(env.reset())
+            ...     env.stats().steps
+            [1, 1]
+        """
         return self._pool.stats()
 
     # -- TorchRL's batched-env API ------------------------------------------------------------
@@ -396,6 +349,7 @@ class BatchedEnv:
     def async_step_and_maybe_reset_send(
         self, tensordict: TensorDictBase, env_index: EnvIndex | None = None
     ) -> None:
+        """Like :meth:`async_step_send`; envs whose episode ends are reset in the same round trip."""
         self._run(self._pool.async_step_and_maybe_reset_send, tensordict, env_index)
 
     def async_step_and_maybe_reset_recv(
@@ -406,6 +360,16 @@ class BatchedEnv:
         max_get: int | None = None,
         timeout: float | None = None,
     ) -> tuple[TensorDictBase, TensorDictBase]:
+        """Collect finished step-and-resets: ``(out, next_td)`` as :meth:`step_and_maybe_reset`,
+        with the same rules as :meth:`async_step_recv`.
+
+        Example:
+            >>> with SerialEnv(4, "CartPole-v1") as env:
+            ...     env.async_step_and_maybe_reset_send(env.rand_action(env.reset()))
+            ...     out, td = env.async_step_and_maybe_reset_recv(min_get=4)
+            >>> out["next", "reward"].shape, "next" in td.keys()
+            (torch.Size([4, 1]), False)
+        """
         return self._run(
             self._pool.async_step_and_maybe_reset_recv, min_get, max_get, env_index=env_index, timeout=timeout
         )

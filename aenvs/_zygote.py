@@ -18,6 +18,7 @@ a worker stuck in a step. The zygote ignores SIGCHLD so the kernel reaps workers
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import pickle
 import signal
@@ -37,7 +38,7 @@ _zygote: _Client | None = None
 
 
 def _recv_exactly(sock: socket.socket, size: int) -> bytes:
-    chunks = []
+    chunks: list[bytes] = []
     while size:
         chunk = sock.recv(min(size, 1 << 20))
         if not chunk:
@@ -148,7 +149,7 @@ def serve(fd: int) -> None:
     die_with_parent()
     sock = socket.socket(fileno=fd)
     sys.path[:] = _recv_message(sock)[0]
-    import cloudpickle
+    importlib.import_module("cloudpickle")  # once, for every worker (it ships no type stubs)
 
     while True:
         try:
@@ -157,7 +158,7 @@ def serve(fd: int) -> None:
             os._exit(0)  # the parent is gone
         assert pipe_fd is not None
         try:
-            env_fns = cloudpickle.loads(payload)
+            env_fns = pickle.loads(payload)  # cloudpickle's loads is pickle's
         except BaseException as exc:  # e.g. a module the factories need is not importable here
             os.close(pipe_fd)
             _send_message(

@@ -26,13 +26,13 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 from gymnasium import spaces
 
 import aenvs
-from aenvs._specs import EnvSpec, flatten_value
+from aenvs._specs import EnvSpec, Space, flatten_value
 
 if TYPE_CHECKING:
     import torch
@@ -101,7 +101,7 @@ class RandomActions:
         self._spaces = [copy.deepcopy(s.action_space) for s in self._specs]
         for i, space in enumerate(self._spaces):
             space.seed(None if seed is None else seed + i)
-        self._groups: list[spaces.Space] = []
+        self._groups: list[Space] = []
         self._group_of: list[int] = []
         for space in self._spaces:
             for g, known in enumerate(self._groups):
@@ -116,12 +116,14 @@ class RandomActions:
     def __call__(self, env_index: torch.Tensor | Sequence[int]) -> TensorDictBase:
         """A batch ``[len(env_index)]`` holding ``"action"`` (and nested action keys) for those envs."""
         import torch
-        from tensordict import TensorDict, lazy_stack
+        from tensordict import TensorDict
+
+        from aenvs._tensors import lazy_stack, tensor_tolist
 
         indices = torch.as_tensor(env_index, dtype=torch.long).reshape(-1)
         if self.vectorised:
             return TensorDict({"action": self._sample_vectorised(indices)}, batch_size=[len(indices)])
-        tds = [self._sample_one(i) for i in indices.tolist()]
+        tds = [self._sample_one(i) for i in tensor_tolist(indices)]
         if self._dense:
             return torch.stack(tds)  # pyright: ignore[reportReturnType, reportArgumentType]
         return lazy_stack(tds)
@@ -131,30 +133,36 @@ class RandomActions:
         if self.vectorised:  # the hot path: one tensor, no intermediate TensorDict
             td.set("action", self._sample_vectorised(td["env_index"]))
         else:
-            td.update(self(td["env_index"]))
+            td.update(self(td["env_index"]))  # pyright: ignore[reportUnknownMemberType]
         return td
 
     def _sample_vectorised(self, indices: torch.Tensor) -> torch.Tensor:
         import torch
+
+        from aenvs._tensors import tensor_tolist
 
         if len(self._groups) == 1:
             return self._sample_space(self._groups[0], len(indices))
         groups = torch.as_tensor(self._group_of)[indices]
         first = self._sample_space(self._groups[int(groups[0])], len(indices))
         out = torch.empty_like(first)
-        for g in groups.unique().tolist():
-            mask = groups == g
-            out[mask] = self._sample_space(self._groups[g], int(mask.sum()))
+        counts: list[int] = tensor_tolist(torch.bincount(groups, minlength=len(self._groups)))
+        for g, count in enumerate(counts):
+            if count:
+                out[groups == g] = self._sample_space(self._groups[g], count)
         return out
 
-    def _sample_space(self, space: spaces.Space, k: int) -> torch.Tensor:
+    def _sample_space(self, space: Space, k: int) -> torch.Tensor:
         import torch
+
+        from aenvs._tensors import torch_dtype
 
         if isinstance(space, spaces.Discrete):
             start, n = int(space.start), int(space.n)
             return torch.randint(start, start + n, (k,), generator=self._generator, dtype=torch.long)
         assert isinstance(space, spaces.Box)
-        dtype = torch.from_numpy(np.empty(0, space.dtype)).dtype
+        space = cast("spaces.Box[Any]", space)
+        dtype = torch_dtype(space.dtype)
         shape = (k, *space.shape)
         low, high = np.asarray(space.low), np.asarray(space.high)
         lo, hi = float(low.min()), float(high.max())
@@ -168,8 +176,10 @@ class RandomActions:
         import torch
         from tensordict import TensorDict
 
+        from aenvs._tensors import torch_dtype
+
         space, spec = self._spaces[i], self._specs[i]
-        dtypes = {leaf.key: torch.from_numpy(np.empty(0, leaf.dtype)).dtype for leaf in spec.action_leaves}
+        dtypes = {leaf.key: torch_dtype(leaf.dtype) for leaf in spec.action_leaves}
         td = TensorDict({}, batch_size=[])
         for key, value in flatten_value(space, space.sample(), ("action",)):
             if key in dtypes:
@@ -177,12 +187,13 @@ class RandomActions:
         return td
 
 
-def _vectorisable(space: spaces.Space) -> bool:
+def _vectorisable(space: Space) -> bool:
     if isinstance(space, spaces.Discrete):
         return True
-    if not (
-        isinstance(space, spaces.Box) and space.dtype is not None and np.issubdtype(space.dtype, np.floating)
-    ):
+    if not isinstance(space, spaces.Box):
+        return False
+    space = cast("spaces.Box[Any]", space)
+    if not np.issubdtype(space.dtype, np.floating):
         return False
     with np.errstate(over="ignore", invalid="ignore"):
         return bool(np.isfinite(space.high - space.low).all())  # finite bounds and a finite span
@@ -377,7 +388,8 @@ def _checkout() -> Path | None:
     return None
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
+def _cmd_bench(argv: Sequence[str]) -> int:
+    """``aenvs bench ARGS``: the checkout's suite parses ``ARGS`` itself (it owns its options)."""
     root = _checkout()
     if root is None:
         print(
@@ -391,41 +403,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         sys.path.insert(0, str(root))
     # imported by name: the library does not depend on the suite, which the wheel does not hold
     harness = importlib.import_module("benchmarks.harness")
-    return harness.command(args)
+    return harness.main(list(argv), prog="aenvs bench")
 
 
 def _add_bench_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
+    # listed for `aenvs --help` only: main() hands `aenvs bench ...` to the suite before parsing
+    subparsers.add_parser(
         "bench",
-        help="run the benchmark suite; write a markdown report with plots",
-        description=(
-            "Run the benchmarks (latency, throughput, sync overhead, remote where Ray is installed), "
-            "each in a fresh interpreter, against whichever peers are installed (gymnasium, TorchRL, "
-            "EnvPool: `pip install -e '.[bench]'`), and write report.md, results.json, each benchmark's "
-            "output and PNG plots into one folder. About 8 minutes on 2 cores; --quick, about 2. "
-            "The suite lives in a checkout of the aenvs repository (benchmarks/), not in the package: "
-            "run this from a checkout."
-        ),
-        epilog="example: aenvs bench --quick --only latency,sync_overhead --out /tmp/bench",
-        formatter_class=_HelpFormatter,
+        help="run the benchmark suite; write a markdown report with plots (from a checkout)",
+        add_help=False,
     )
-    parser.add_argument(
-        "--out",
-        default=None,
-        help="folder for the report (default: the checkout's docs/bench; ./aenvs-bench for --quick)",
-    )
-    parser.add_argument("--only", default=None, help="comma-separated benchmarks to run (default: all)")
-    parser.add_argument(
-        "--quick", action="store_true", help="short measurements: checks the suite, not for quoting"
-    )
-    parser.add_argument("--list", action="store_true", help="list the suite's benchmarks and exit")
-    parser.add_argument(
-        "--replot",
-        action="store_true",
-        help="measure nothing: rewrite report and plots from OUT/results.json",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.set_defaults(func=_cmd_bench)
 
 
 SUBCOMMANDS: list[Callable[[Any], None]] = [_add_run_parser, _add_bench_parser]
@@ -447,6 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``aenvs`` console script; returns the exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:
+        return _cmd_bench(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -20,24 +20,24 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
-import reprlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
-from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.async_vector_env import AsyncState
-from gymnasium.vector.utils import batch_differing_spaces, batch_space, create_empty_array
 
-from aenvs._adapters.autoreset import Carry, build_member, make_from_id
+from aenvs._adapters.autoreset import build_member, make_from_id
 from aenvs._env import EnvFn
 from aenvs._errors import VectorEnvTimeoutError
 from aenvs._loop import kill_dropped
-from aenvs._specs import Key, observation_root
+from aenvs._vector.arguments import reset_targets
+from aenvs._vector.conversion import NotABatch, action_writer
+from aenvs._vector.results import Results
+from aenvs._vector.spaces import vector_spaces
 
 if TYPE_CHECKING:
     from tensordict import TensorDictBase
@@ -47,144 +47,6 @@ if TYPE_CHECKING:
     from aenvs.executors import Executor
 
 __all__ = ["AsyncVectorEnv"]
-
-_FIXED_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-
-
-# -- numpy <-> the pool's TensorDicts ----------------------------------------------------
-
-
-def _check_fixed(space: spaces.Space, what: str) -> None:
-    if isinstance(space, spaces.Dict):
-        for sub in space.spaces.values():
-            _check_fixed(sub, what)
-    elif isinstance(space, spaces.Tuple):
-        for sub in space.spaces:
-            _check_fixed(sub, what)
-    elif not isinstance(space, _FIXED_SPACES):
-        raise TypeError(
-            f"AsyncVectorEnv needs fixed-shape spaces (Box, Discrete, MultiDiscrete, MultiBinary, "
-            f"and Dict / Tuple of them); the {what} space is {space}"
-        )
-
-
-def _obs_reader(space: spaces.Space, path: Key) -> Callable[[TensorDictBase], Any]:
-    """A function taking the batch of ``space`` out of a TensorDict, as gymnasium batches it."""
-    if isinstance(space, spaces.Dict):
-        parts = [(k, _obs_reader(sub, (*path, k))) for k, sub in space.spaces.items()]
-        return lambda td: {k: read(td) for k, read in parts}
-    if isinstance(space, spaces.Tuple):
-        items = [_obs_reader(sub, (*path, str(i))) for i, sub in enumerate(space.spaces)]
-        return lambda td: tuple(read(td) for read in items)
-    dtype = np.dtype(space.dtype) if space.dtype is not None else None
-    key = path[0] if len(path) == 1 else path
-    return lambda td: td.get(key).numpy().astype(dtype, copy=False)
-
-
-class _NotABatch(Exception):
-    """Raised by an action writer given what is not a batch of its space; a TypeError for the caller."""
-
-    def __init__(self, label: str, expected: str, value: Any, single: bool) -> None:
-        super().__init__(label, expected)
-        what = f"the single {type(value).__name__}" if single else f"a {type(value).__name__}"
-        self.label, self.expected, self.got = label, expected, f"got {what} {reprlib.repr(value)}"
-
-    def describe(self, who: str, n: int, space: spaces.Space) -> str:
-        if self.label == "actions":
-            return f"{who} takes a batch of {n} actions of {space} ({self.expected}), {self.got}"
-        return (
-            f"{who} takes a batch of {n} actions of {space}: {self.label} must be {self.expected}, {self.got}"
-        )
-
-
-def _action_writer(space: spaces.Space, path: Key, n: int) -> Callable[[Any, dict[str, Any]], None]:
-    """A function writing a batch of ``n`` actions of ``space`` (numpy) into a nested dict of tensors.
-
-    It raises :class:`_NotABatch` for a single value where a batch is due, ValueError for
-    a batch of the wrong shape.
-    """
-    import torch
-
-    label = ".".join(("actions", *path[1:]))
-    if isinstance(space, spaces.Dict):
-        parts = [(k, _action_writer(sub, (*path, k), n)) for k, sub in space.spaces.items()]
-
-        def write_dict(actions: Any, out: dict[str, Any]) -> None:
-            if not isinstance(actions, Mapping):
-                raise _NotABatch(label, "a dict of batches, one per key of the space", actions, False)
-            node = out.setdefault(path[-1], {})
-            for k, write in parts:
-                write(actions[k], node)
-
-        return write_dict
-    if isinstance(space, spaces.Tuple):
-        items = [_action_writer(sub, (*path, str(i)), n) for i, sub in enumerate(space.spaces)]
-
-        def write_tuple(actions: Any, out: dict[str, Any]) -> None:
-            if not isinstance(actions, tuple | list):
-                raise _NotABatch(label, f"a tuple of {len(items)} batches", actions, False)
-            if len(actions) != len(items):
-                raise ValueError(f"{label} have {len(actions)} parts, expected {len(items)} for {space}")
-            node = out.setdefault(path[-1], {})
-            for part, write in zip(actions, items, strict=True):
-                write(part, node)
-
-        return write_tuple
-    # Discrete and MultiDiscrete actions travel as int64, MultiBinary as int8, Box as its dtype
-    dtype = np.dtype(
-        np.int64
-        if isinstance(space, spaces.Discrete | spaces.MultiDiscrete)
-        else np.int8
-        if isinstance(space, spaces.MultiBinary)
-        else space.dtype
-    )
-    name, shape = path[-1], (n, *(space.shape or ()))
-
-    def write_leaf(actions: Any, out: dict[str, Any]) -> None:
-        array = np.asarray(actions, dtype=dtype)
-        if array.ndim == 0:  # gymnasium's vector envs raise TypeError too: a batch must be iterable
-            raise _NotABatch(label, f"an array of shape {shape}", actions, True)
-        if array.shape != shape:
-            raise ValueError(
-                f"{label} have shape {array.shape}, expected {shape} for a batch of {n} actions of {space}"
-            )
-        array = np.ascontiguousarray(array)
-        if not array.flags.writeable:  # torch warns on read-only arrays
-            array = array.copy()
-        out[name] = torch.from_numpy(array)
-
-    return write_leaf
-
-
-def _carries(td: TensorDictBase, n: int) -> list[Any] | None:
-    """Each env's :class:`~aenvs._adapters.autoreset.Carry` (or None) from the ``"info"`` entry of a batch, or None if none has one."""
-    info = td.get("info", None)
-    if info is None:
-        return None
-    values = info.tolist() if hasattr(info, "tolist") else [info.data] * n
-    return [v if isinstance(v, Carry) else None for v in values]
-
-
-def _tree_copy(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if isinstance(value, dict):
-        return {k: _tree_copy(v) for k, v in value.items()}
-    return tuple(_tree_copy(v) for v in value)
-
-
-def _tree_set_rows(old: Any, new: Any, rows: np.ndarray) -> Any:
-    """A copy of ``old`` with ``rows`` taken from ``new`` (which holds only those rows)."""
-    if isinstance(old, np.ndarray):
-        out = old.copy()
-        out[rows] = new
-        return out
-    if isinstance(old, dict):
-        return {k: _tree_set_rows(v, new[k], rows) for k, v in old.items()}
-    return tuple(_tree_set_rows(o, n, rows) for o, n in zip(old, new, strict=True))
-
-
-# -- the vector env ----------------------------------------------------------------------
 
 
 class AsyncVectorEnv(VectorEnv):
@@ -205,7 +67,8 @@ class AsyncVectorEnv(VectorEnv):
             ``reset_mask`` resets), as gymnasium does.
         observation_mode: ``"same"``, ``"different"`` or ``(observation_space,
             single_observation_space)``, as gymnasium's.
-        envs_per_worker / num_workers: how the executor groups envs into workers.
+        envs_per_worker: how many envs each worker hosts (default: the executor's choice).
+        num_workers: how many workers the executor starts (default: the executor's choice).
         loop: the loop driver (``"auto"``, ``"private"``, ``"portal"``), as for
             :class:`~aenvs.SerialEnv`.
         **pool_options: further :class:`~aenvs.AsyncEnvPool` options (``step_timeout``...).
@@ -227,6 +90,11 @@ class AsyncVectorEnv(VectorEnv):
         >>> envs.close()
     """
 
+    single_observation_space: spaces.Space[Any]
+    observation_space: spaces.Space[Any]
+    single_action_space: spaces.Space[Any]
+    action_space: spaces.Space[Any]
+
     def __init__(
         self,
         env_fns: Sequence[EnvFn],
@@ -234,7 +102,7 @@ class AsyncVectorEnv(VectorEnv):
         executor: str | Executor = "process",
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         copy: bool = True,
-        observation_mode: str | tuple[spaces.Space, spaces.Space] = "same",
+        observation_mode: str | tuple[spaces.Space[Any], spaces.Space[Any]] = "same",
         envs_per_worker: int | None = None,
         num_workers: int | None = None,
         loop: DriverKind = "auto",
@@ -273,62 +141,18 @@ class AsyncVectorEnv(VectorEnv):
             self._close_pool()
             raise
         self._all = list(range(self.num_envs))
-        self._observations: Any = create_empty_array(
-            self.single_observation_space, n=self.num_envs, fn=np.zeros
-        )
-        self._autoreset_envs = np.zeros(self.num_envs, dtype=np.bool_)
+        self._results = Results(self.single_observation_space, self.num_envs, self._add_info)
         self._sent_rows: list[int] | None = None
         self._received: TensorDictBase | None = None
 
     def _setup_spaces(self) -> None:
-        specs = self._pool.env_specs
-        self.single_action_space = specs[0].action_space
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
-        mode = self.observation_mode
-        if isinstance(mode, tuple) and len(mode) == 2:
-            if not all(isinstance(s, spaces.Space) for s in mode):
-                raise TypeError(f"Expected both elements of observation_mode to be Spaces, got {mode}")
-            self.observation_space, self.single_observation_space = mode
-        elif mode == "same":
-            self.single_observation_space = specs[0].observation_space
-            self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        elif mode == "different":
-            self.single_observation_space = specs[0].observation_space
-            self.observation_space = batch_differing_spaces([s.observation_space for s in specs])
-        else:
-            raise ValueError(
-                f"Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
-                f"observation space, actual got {mode}"
-            )
-        # gymnasium's own messages first (code matches on them), then which env and spaces
-        name = type(self).__name__
-        for i, spec in enumerate(specs):
-            if mode == "same" and spec.observation_space != self.single_observation_space:
-                raise RuntimeError(
-                    f"{name}(..., observation_mode='same') however some of the sub-environments observation "
-                    "spaces are not equivalent. If this is intentional, use `observation_mode='different'` "
-                    f"instead. Env {i}'s observation space is {spec.observation_space}, env 0's "
-                    f"{self.single_observation_space}."
-                )
-            if mode != "same" and not is_space_dtype_shape_equiv(
-                spec.observation_space, self.single_observation_space
-            ):
-                raise RuntimeError(
-                    f"{name}(..., observation_mode='different' or custom space) however the sub-environment's "
-                    f"observation spaces do not share a common shape and dtype. Env {i}'s observation space "
-                    f"is {spec.observation_space}, the single observation space {self.single_observation_space}."
-                )
-            if spec.action_space != self.single_action_space:
-                raise RuntimeError(
-                    f"Some environments have an action space different from `{self.single_action_space}`. "
-                    "In order to batch actions, the action spaces from all environments must be equal. "
-                    f"Env {i}'s action space is {spec.action_space}."
-                )
-        _check_fixed(self.single_observation_space, "observation")
-        _check_fixed(self.single_action_space, "action")
-        root = observation_root(self.single_observation_space)
-        self._read_obs = _obs_reader(self.single_observation_space, root)
-        self._write_actions = _action_writer(self.single_action_space, ("action",), self.num_envs)
+        (
+            self.single_observation_space,
+            self.observation_space,
+            self.single_action_space,
+            self.action_space,
+        ) = vector_spaces(self._pool.env_specs, self.observation_mode, type(self).__name__)
+        self._write_actions = action_writer(self.single_action_space, ("action",), self.num_envs)
         metadata, render_mode = self._driver.run(self._first_env_attrs)
         self.metadata = dict(metadata)
         self.metadata["autoreset_mode"] = self.autoreset_mode
@@ -347,7 +171,7 @@ class AsyncVectorEnv(VectorEnv):
         *,
         executor: str | Executor = "process",
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-        wrappers: Sequence[Callable[[gym.Env], gym.Env]] | None = None,
+        wrappers: Sequence[Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]] | None = None,
         vector_kwargs: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> AsyncVectorEnv:
@@ -356,7 +180,8 @@ class AsyncVectorEnv(VectorEnv):
         Args:
             id: a gymnasium id (``"module:Env-v0"`` works too).
             num_envs: how many envs.
-            executor / autoreset_mode: as for :class:`AsyncVectorEnv`.
+            executor: as for :class:`AsyncVectorEnv`.
+            autoreset_mode: as for :class:`AsyncVectorEnv`.
             wrappers: applied to each env, innermost first.
             vector_kwargs: further :class:`AsyncVectorEnv` arguments.
             **kwargs: for ``gymnasium.make`` of each env.
@@ -432,12 +257,12 @@ class AsyncVectorEnv(VectorEnv):
         return self._pool
 
     @property
-    def np_random_seed(self) -> tuple[int, ...]:  # pyright: ignore[reportIncompatibleVariableOverride]
+    def np_random_seed(self) -> tuple[int, ...]:  # pyright: ignore[reportIncompatibleMethodOverride]
         """The ``np_random_seed`` of each env."""
         return self.get_attr("np_random_seed")
 
     @property
-    def np_random(self) -> tuple[np.random.Generator, ...]:  # pyright: ignore[reportIncompatibleVariableOverride]
+    def np_random(self) -> tuple[np.random.Generator, ...]:  # pyright: ignore[reportIncompatibleMethodOverride]
         """The ``np_random`` generator of each env."""
         return self.get_attr("np_random")
 
@@ -460,51 +285,16 @@ class AsyncVectorEnv(VectorEnv):
             >>> obs, infos = envs.reset(options={"reset_mask": np.array([True, False, True, False])})
             >>> envs.close()
         """
-        command = self._prepare_reset("reset", seed, options)
+        self._assert_idle("reset")
+        command = reset_targets(seed, options, self._all)
         return self._finish_reset(self._driver.run(self._reset, *command))
 
     def reset_async(
         self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> None:
         """Send the resets of :meth:`reset`; :meth:`reset_wait` collects them."""
-        self._driver.run(self._send_reset, *self._prepare_reset("reset_async", seed, options))
-
-    def _prepare_reset(
-        self, call: str, seed: int | Sequence[int | None] | None, options: dict[str, Any] | None
-    ) -> tuple[list[int], list[int | None], dict[str, Any] | None]:
-        """Check a reset's arguments as gymnasium does: the rows to reset, their seeds, the options."""
-        self._assert_idle(call)
-        if seed is None:
-            seeds: list[int | None] = [None] * self.num_envs
-        elif isinstance(seed, int):
-            seeds = [seed + i for i in range(self.num_envs)]
-        else:
-            seeds = list(seed)
-        if len(seeds) != self.num_envs:
-            raise ValueError(
-                f"If seeds are passed as a list the length must match num_envs={self.num_envs} "
-                f"but got length={len(seeds)}."
-            )
-        rows = self._all
-        if options is not None and "reset_mask" in options:
-            options = dict(options)
-            mask = options.pop("reset_mask")
-            if not isinstance(mask, np.ndarray):
-                raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
-            if mask.shape != (self.num_envs,):
-                raise ValueError(
-                    f"`options['reset_mask']` must have shape `({self.num_envs},)`, got {mask.shape}"
-                )
-            if mask.dtype != np.bool_:
-                raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
-            if not np.any(mask):
-                raise ValueError(
-                    "`options['reset_mask']` must contain a boolean array with at least one True value, "
-                    f"got reset_mask={mask}"
-                )
-            rows = np.flatnonzero(mask).tolist()
-            seeds = [seeds[i] for i in rows]
-        return rows, seeds, options
+        self._assert_idle("reset_async")
+        self._driver.run(self._send_reset, *reset_targets(seed, options, self._all))
 
     async def _send_reset(
         self, rows: list[int], seeds: list[int | None], options: dict[str, Any] | None
@@ -555,24 +345,8 @@ class AsyncVectorEnv(VectorEnv):
 
     def _finish_reset(self, td: TensorDictBase) -> tuple[Any, dict[str, Any]]:
         self._state = AsyncState.DEFAULT
-        rows = self._sent_rows
-        assert rows is not None
-        obs = self._read_obs(td)
-        n = len(rows)
-        if n == self.num_envs:
-            self._observations = obs
-            self._autoreset_envs[:] = False
-        else:
-            index = np.asarray(rows)
-            self._observations = _tree_set_rows(self._observations, obs, index)
-            self._autoreset_envs[index] = False
-        infos: dict[str, Any] = {}
-        carries = _carries(td, n)
-        if carries is not None:
-            for row, carried in zip(rows, carries, strict=True):
-                if carried is not None:
-                    infos = self._add_info(infos, carried.info, row)
-        return (_tree_copy(self._observations) if self.copy else self._observations), infos
+        assert self._sent_rows is not None
+        return self._results.reset(td, self._sent_rows, self.copy)
 
     async def _collect(
         self, recv: Callable[..., Any], rows: list[int], timeout: float | None
@@ -614,7 +388,9 @@ class AsyncVectorEnv(VectorEnv):
             >>> obs, rewards, terminations, truncations, infos = envs.step(envs.action_space.sample())
             >>> envs.close()
         """
-        return self._finish_step(self._driver.run(self._step, self._prepare_step("step", actions)))
+        td = self._driver.run(self._step, self._prepare_step("step", actions))
+        self._state = AsyncState.DEFAULT
+        return self._results.step(td, self.copy)
 
     def step_async(self, actions: Any) -> None:
         """Dispatch one step to every env; returns at once. :meth:`step_wait` collects it.
@@ -631,15 +407,15 @@ class AsyncVectorEnv(VectorEnv):
         from tensordict import TensorDict
 
         self._assert_idle(call)
-        if self.autoreset_mode is AutoresetMode.DISABLED and self._autoreset_envs.any():
+        if self.autoreset_mode is AutoresetMode.DISABLED and self._results.ended.any():
             raise AssertionError(
-                f"autoreset_mode=DISABLED: envs {np.flatnonzero(self._autoreset_envs).tolist()} ended "
+                f"autoreset_mode=DISABLED: envs {np.flatnonzero(self._results.ended).tolist()} ended "
                 "their episode; reset them (options={'reset_mask': ...}) before stepping"
             )
         source: dict[str, Any] = {}
         try:
             self._write_actions(actions, source)
-        except _NotABatch as exc:
+        except NotABatch as exc:
             who = f"{type(self).__name__}.{call}"
             raise TypeError(exc.describe(who, self.num_envs, self.single_action_space)) from None
         return TensorDict(source, batch_size=[self.num_envs])
@@ -666,28 +442,9 @@ class AsyncVectorEnv(VectorEnv):
         self._assert_is_running()
         if self._state is not AsyncState.WAITING_STEP:
             raise NoAsyncCallError("Calling `step_wait` without any prior call to `step_async`.", "step")
-        return self._finish_step(self._wait("step_wait", self._pool.async_step_recv, self._all, timeout))
-
-    def _finish_step(
-        self, td: TensorDictBase
-    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        td = self._wait("step_wait", self._pool.async_step_recv, self._all, timeout)
         self._state = AsyncState.DEFAULT
-        nxt = td.get("next")
-        self._observations = self._read_obs(nxt)
-        rewards = nxt.get("reward").numpy().reshape(-1).astype(np.float64)
-        terminations = nxt.get("terminated").numpy().reshape(-1)
-        truncations = nxt.get("truncated").numpy().reshape(-1)
-        np.logical_or(terminations, truncations, out=self._autoreset_envs)
-        infos: dict[str, Any] = {}
-        carries = _carries(nxt, self.num_envs)
-        if carries is not None:
-            for i, carried in enumerate(carries):
-                if carried is not None:
-                    if carried.reward is not None:
-                        rewards[i] = carried.reward
-                    infos = self._add_info(infos, carried.info, i)
-        obs = _tree_copy(self._observations) if self.copy else self._observations
-        return obs, rewards, terminations, truncations, infos
+        return self._results.step(td, self.copy)
 
     # -- calls ------------------------------------------------------------------------------
 
@@ -725,14 +482,17 @@ class AsyncVectorEnv(VectorEnv):
             >>> envs.close()
         """
         self._assert_idle("set_attr")
-        if not isinstance(values, list | tuple):
-            values = [values] * self.num_envs
-        if len(values) != self.num_envs:
+        per_env = (
+            list(cast("Sequence[Any]", values))
+            if isinstance(values, list | tuple)
+            else [values] * self.num_envs
+        )
+        if len(per_env) != self.num_envs:
             raise ValueError(
                 "Values must be a list or tuple with length equal to the number of environments. "
-                f"Got `{len(values)}` values for {self.num_envs} environments."
+                f"Got `{len(per_env)}` values for {self.num_envs} environments."
             )
-        self._driver.run(self._set_attr, name, list(values))
+        self._driver.run(self._set_attr, name, per_env)
 
     async def _set_attr(self, name: str, values: list[Any]) -> None:
         if all(v is values[0] for v in values):

@@ -87,6 +87,7 @@ class EchoEnv(Env):
         return torch.tensor([float(self.env_index), action, float(self.steps)], dtype=torch.float64)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> TensorDictBase:
+        """Start an episode: observation ``[env_index, 0, 0]`` (``seed`` and ``options`` are ignored)."""
         self.steps = 0
         self.resets += 1
         return TensorDict(observation=self._obs(0.0))
@@ -104,6 +105,17 @@ class EchoEnv(Env):
         )
 
     def step(self, td: TensorDictBase) -> TensorDictBase:
+        """Sleep ``delay`` (blocking), then echo ``td["action"]`` in the observation and as the reward.
+
+        The episode terminates after ``episode_length`` steps; a negative action raises
+        ValueError if ``fail_on_negative``.
+
+        Example:
+            >>> env = EchoEnv(env_index=1)
+            >>> _ = env.reset()
+            >>> env.step(TensorDict(action=torch.tensor([0.5], dtype=torch.float64)))["observation"].tolist()
+            [1.0, 0.5, 1.0]
+        """
         delay = self._delay()
         if delay:
             time.sleep(delay)
@@ -117,6 +129,7 @@ class AsyncEchoEnv(EchoEnv):
     """:class:`EchoEnv` with an ``async def step`` that awaits ``asyncio.sleep(delay)``."""
 
     async def step(self, td: TensorDictBase) -> TensorDictBase:  # type: ignore[override]
+        """:meth:`EchoEnv.step`, awaiting ``asyncio.sleep(delay)`` instead of blocking."""
         delay = self._delay()
         await asyncio.sleep(delay)
         return self._advance(td)
@@ -208,6 +221,13 @@ class Fault:
     release: str | None = None
 
     def due(self, where: str, count: int) -> bool:
+        """Whether this fault happens at call ``count`` (1-based) of ``where``.
+
+        Example:
+            >>> fault = Fault("raise", at=2, always=True)
+            >>> [fault.due("step", n) for n in (1, 2, 3)], fault.due("reset", 2)
+            ([False, True, True], False)
+        """
         return where == self.where and (count == self.at or (self.always and count > self.at))
 
 
@@ -276,12 +296,14 @@ class FaultyEnv(EchoEnv):
             result["observation"][1] = float("nan")
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> TensorDictBase:
+        """:meth:`EchoEnv.reset`, then the faults due at this reset."""
         self.reset_count += 1
         out = super().reset(seed=seed, options=options)
         self._inject("reset", self.reset_count, out)
         return out
 
     def step(self, td: TensorDictBase) -> TensorDictBase:
+        """:meth:`EchoEnv.step`, then the faults due at this step."""
         self.step_count += 1
         out = super().step(td)
         self._inject("step", self.step_count, out)
@@ -292,6 +314,8 @@ class AsyncFaultyEnv(FaultyEnv):
     """:class:`FaultyEnv` with an ``async def step``: a hang awaits, so the loop stays free."""
 
     async def step(self, td: TensorDictBase) -> TensorDictBase:  # type: ignore[override]
+        """:meth:`AsyncEchoEnv.step` with the faults due at this step; a ``"hang"`` awaits its
+        release before the step (the loop stays free), the other faults come after it."""
         self.step_count += 1
         for fault in self.faults:
             if fault.kind == "hang" and fault.due("step", self.step_count):

@@ -22,9 +22,6 @@ Example:
     >>> collector.shutdown()  # closes env, and the ParallelEnv's workers with it
 """
 
-# pyright: reportMissingImports=false
-# (torchrl is an optional extra that the main dev venv lacks; .venv-torchrl's tests run this module)
-
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -32,10 +29,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from gymnasium import spaces
 from tensordict import TensorDictBase
-from torchrl.data import Categorical, Composite, Unbounded
-from torchrl.envs import EnvBase
+from tensordict.utils import NestedKey
 
-from aenvs._adapters.torchrl import TorchRLAdapter, spec_of
+# torchrl's names, typed Any (torchrl is an optional extra: see aenvs._adapters.torchrl)
+from aenvs._adapters.torchrl import Categorical, Composite, EnvBase, TorchRLAdapter, Unbounded, spec_of
+from aenvs._specs import Space
+from aenvs._tensors import td_keys
 
 if TYPE_CHECKING:
     from aenvs._sync import BatchedEnv
@@ -69,14 +68,15 @@ class AenvsWrapper(EnvBase):
     """
 
     def __init__(self, env: BatchedEnv) -> None:
-        super().__init__(batch_size=env.batch_size, device=None)
+        EnvBase.__init__(self, batch_size=env.batch_size, device=None)
         self._env = env
         batch = tuple(env.batch_size)
         observation_space = env.observation_space  # ValueError if the envs' spaces differ
+        observation_spec = _spec(observation_space, batch)
         if isinstance(observation_space, spaces.Dict):
-            self.observation_spec = _spec(observation_space, batch)
+            self.observation_spec = observation_spec
         else:
-            self.observation_spec = Composite(observation=_spec(observation_space, batch), shape=batch)
+            self.observation_spec = Composite(observation=observation_spec, shape=batch)
         self.action_spec = _spec(env.action_space, batch)
         self.reward_spec = Unbounded(shape=(*batch, 1), dtype=torch.float32)
         flag = Categorical(2, shape=(*batch, 1), dtype=torch.bool)
@@ -85,7 +85,9 @@ class AenvsWrapper(EnvBase):
         )
         self._reset_keys = [leaf.key for leaf in env.env_specs[0].reset_leaves]
         self._step_keys = [leaf.key for leaf in env.env_specs[0].step_leaves]
-        self._action_keys = list(self.full_action_spec.keys(include_nested=True, leaves_only=True))
+        self._action_keys: list[NestedKey] = list(
+            self.full_action_spec.keys(include_nested=True, leaves_only=True)
+        )
 
     @property
     def env(self) -> BatchedEnv:
@@ -94,20 +96,21 @@ class AenvsWrapper(EnvBase):
 
     def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
         if tensordict is not None:
-            masks = [key for key in tensordict.keys(include_nested=True) if _last(key) == "_reset"]
+            masks = [key for key in td_keys(tensordict, nested=True) if _last(key) == "_reset"]
             tensordict = tensordict.select(*masks, *self._reset_keys, strict=False) if masks else None
         out = self._env.reset(tensordict, **kwargs)
         return out.select(*self._reset_keys)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        if "_step" in tensordict.keys():
+        if "_step" in td_keys(tensordict):
             # a partial step: the envs left out keep their input values (observations, done
             # flags), so the batched env needs them as well as the actions
             keys = [*self._action_keys, *self._step_keys, "_step"]
         else:
             keys = self._action_keys
         out = self._env.step(tensordict.select(*keys, strict=False))
-        return out.get("next").select(*self._step_keys)
+        nxt: TensorDictBase = out["next"]
+        return nxt.select(*self._step_keys)
 
     def _set_seed(self, seed: int | None) -> None:
         self._env.set_seed(seed)
@@ -118,15 +121,16 @@ class AenvsWrapper(EnvBase):
         return self._env.set_seed(seed, static_seed)
 
     def close(self, *, raise_if_closed: bool = True) -> None:
+        """Close the batched env (its workers), then this env as TorchRL's ``EnvBase.close`` does."""
         self._env.close()
-        super().close(raise_if_closed=raise_if_closed)
+        EnvBase.close(self, raise_if_closed=raise_if_closed)
 
 
-def _spec(space: spaces.Space, batch: tuple[int, ...]) -> Any:
+def _spec(space: Space, batch: tuple[int, ...]) -> Any:
     """A gymnasium space as a TorchRL spec (categorical for Discrete) with batch dims ``batch``."""
     spec = spec_of(space)
     return spec.expand(batch) if isinstance(spec, Composite) else spec.expand(*batch, *spec.shape)
 
 
-def _last(key: str | tuple[str, ...]) -> str:
+def _last(key: NestedKey) -> NestedKey:
     return key if isinstance(key, str) else key[-1]

@@ -2,7 +2,7 @@
 
 import sys
 
-from aenvs.cli import main
+from benchmarks.harness import main
 
 if __name__ == "__main__":
-    sys.exit(main(["bench", *sys.argv[1:]]))
+    sys.exit(main(sys.argv[1:]))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -53,7 +53,7 @@ def _carry(info: dict[str, Any], reward: Any = None) -> Any:
     return {}
 
 
-class Member(gym.Wrapper):
+class Member(gym.Wrapper[Any, Any, Any, Any]):
     """One env of an :class:`aenvs.gymnasium.AsyncVectorEnv`: applies its autoreset mode as gymnasium does.
 
     The outermost wrapper, invisible to ``call`` / ``get_attr`` / ``set_attr``, which
@@ -62,7 +62,7 @@ class Member(gym.Wrapper):
     awaited result (see :func:`aenvs._adapters.gym_async.register_lift`).
     """
 
-    def __init__(self, env: gym.Env, autoreset_mode: AutoresetMode) -> None:
+    def __init__(self, env: gym.Env[Any, Any], autoreset_mode: AutoresetMode) -> None:
         super().__init__(env)
         self._mode = autoreset_mode
         self._autoreset = False
@@ -145,11 +145,11 @@ def build_member(context: EnvContext, *, env_fn: EnvFn, autoreset_mode: Autorese
             f"env {context.env_index}: AsyncVectorEnv runs gymnasium envs, but the factory returned "
             f"{type(env).__name__}"
         )
-    return Member(env, autoreset_mode)
+    return Member(cast("gym.Env[Any, Any]", env), autoreset_mode)
 
 
 def make_from_id(
-    env_id: str, kwargs: dict[str, Any], wrappers: Sequence[Callable[[gym.Env], gym.Env]]
+    env_id: str, kwargs: dict[str, Any], wrappers: Sequence[Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]]
 ) -> Any:
     env = gym.make(env_id, **kwargs)
     for wrapper in wrappers:

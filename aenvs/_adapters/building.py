@@ -9,7 +9,7 @@ import threading
 import types
 import weakref
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 
@@ -85,15 +85,15 @@ def _call_factory(env_fn: Callable[..., Any], context: EnvContext) -> Any:
 # simulators) still overlap, after the first. The wait for the lock is bounded: a factory
 # that waits for envs built on other threads (a nested pool) would otherwise deadlock with
 # them; past the bound a build goes ahead unguarded, as every build did before.
-_BUILD_LOCK = threading.RLock()  # reentrant: a factory may build envs itself, on its thread
+_build_lock = threading.RLock()  # reentrant: a factory may build envs itself, on its thread
 _BUILD_LOCK_WAIT = 10.0
 _BUILT_KINDS: set[Hashable] = set()
 
 
 def _new_build_lock() -> None:
     """In a forked child: a lock free of the parent's threads (one may have held it at the fork)."""
-    global _BUILD_LOCK
-    _BUILD_LOCK = threading.RLock()
+    global _build_lock
+    _build_lock = threading.RLock()
 
 
 os.register_at_fork(after_in_child=_new_build_lock)
@@ -101,14 +101,14 @@ os.register_at_fork(after_in_child=_new_build_lock)
 
 def _build_once(kind: Hashable, build: Callable[..., Any], *args: Any) -> Any:
     """``build(*args)``, under the build lock if no env of ``kind`` was built yet."""
-    if kind not in _BUILT_KINDS and _BUILD_LOCK.acquire(timeout=_BUILD_LOCK_WAIT):
+    if kind not in _BUILT_KINDS and _build_lock.acquire(timeout=_BUILD_LOCK_WAIT):
         try:
             if kind not in _BUILT_KINDS:  # else built on another thread while this one waited
                 env = build(*args)
                 _BUILT_KINDS.add(kind)  # not on failure: the next build tries under the lock again
                 return env
         finally:
-            _BUILD_LOCK.release()
+            _build_lock.release()
     return build(*args)
 
 
@@ -188,7 +188,7 @@ def make_adapter(env: Any) -> Any:
     if isinstance(env, gym.Env):
         from aenvs._adapters.gym import GymAdapter
 
-        return GymAdapter(env)
+        return GymAdapter(cast("gym.Env[Any, Any]", env))
     if hasattr(env, "full_observation_spec") and hasattr(env, "full_action_spec"):  # a TorchRL env
         from aenvs._adapters.torchrl import TorchRLAdapter
 

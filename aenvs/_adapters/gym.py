@@ -29,7 +29,7 @@ class GymAdapter:
     :meth:`outcome`; the wrappers around it run as :func:`lifted` says.
     """
 
-    def __init__(self, env: gym.Env) -> None:
+    def __init__(self, env: gym.Env[Any, Any]) -> None:
         self.env = env
         self.spec = EnvSpec.from_spaces(env.observation_space, env.action_space)
         self._obs_space = env.observation_space
@@ -103,7 +103,7 @@ class GymAdapter:
         return self.env.close()
 
 
-def _not_a_result(env: gym.Env, name: str, out: Any) -> Exception:
+def _not_a_result(env: gym.Env[Any, Any], name: str, out: Any) -> Exception:
     """The error for a step or reset result that cannot be unpacked: a clear one if it is a
     coroutine that a method not declared ``async def`` returned."""
     if not inspect.isawaitable(out):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
@@ -25,8 +25,7 @@ _LIFTS: dict[tuple[str, Callable[..., Any]], Lift] = {}
 _PASS_ON: set[Callable[..., Any]] = {
     gym.Wrapper.step,
     gym.Wrapper.reset,
-    OrderEnforcing.step,
-    OrderEnforcing.reset,
+    *(getattr(OrderEnforcing, name) for name in _METHODS),  # by name: its step's annotation is incomplete
     TimeLimit.reset,
     gym.ActionWrapper.step,
 }
@@ -36,7 +35,7 @@ def _layers(env: Any) -> list[Any]:
     """``env`` and every env it wraps, outermost first."""
     layers = [env]
     while isinstance(env, gym.Wrapper):
-        env = env.env
+        env = cast("gym.Wrapper[Any, Any, Any, Any]", env).env
         layers.append(env)
     return layers
 
@@ -87,7 +86,8 @@ def lifted(env: Any, name: str) -> AsyncMethod:
     if inspect.iscoroutinefunction(method):
         _check_awaited(env)
         return method
-    if not isinstance(env, gym.Wrapper) or not is_coroutine_env(env.env):
+    layers = _layers(env)  # [env] if env is no wrapper, else [env, env.env, ...]
+    if len(layers) == 1 or not is_coroutine_env(layers[1]):
         call = method
 
         async def plain(*args: Any, **kwargs: Any) -> Any:
@@ -98,7 +98,7 @@ def lifted(env: Any, name: str) -> AsyncMethod:
     if lift is None:
         raise TypeError(
             f"{_function(method).__qualname__} is synchronous, but the env it wraps is a coroutine env "
-            f"({_coroutine_layer(env.env)}): aenvs cannot run {type(env).__name__} around it. "
+            f"({_coroutine_layer(layers[1])}): aenvs cannot run {type(env).__name__} around it. "
             f"{_REMEDY}"
         )
     return lift(env)
@@ -228,5 +228,5 @@ for _name in _METHODS:
     register_lift(_name, getattr(gym.ObservationWrapper, _name))
 register_lift("step", gym.RewardWrapper.step)
 register_lift("step", gym.ActionWrapper.step, _action_wrapped_step)
-register_lift("step", OrderEnforcing.step, _order_enforced_step)
-register_lift("reset", OrderEnforcing.reset, _order_enforced_reset)
+for _name, _lift in (("step", _order_enforced_step), ("reset", _order_enforced_reset)):
+    register_lift(_name, getattr(OrderEnforcing, _name), _lift)

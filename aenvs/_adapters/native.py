@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 from types import CoroutineType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -21,6 +21,7 @@ from aenvs._adapters.outcome import Outcome
 from aenvs._env import Env
 from aenvs._scalars import reward_value
 from aenvs._specs import EnvSpec, Key
+from aenvs._tensors import from_numpy
 
 __all__ = ["NativeAdapter"]
 
@@ -66,6 +67,7 @@ class NativeAdapter:
         plain = type(out) is dict
         if not plain and not isinstance(out, TensorDictBase | Mapping):
             raise TypeError(f"a native env returned {type(out).__name__}, expected a TensorDict or a mapping")
+        out = cast("Mapping[str, Any]", out)  # a TensorDict is read as one: keys, [] and `in`
         keys = out.keys()
         single = self._single_obs
         if single is not None:  # one observation entry at the root: no loop
@@ -106,7 +108,7 @@ class NativeAdapter:
         if self._actions is not actions:  # first step (or new buffers): tensors over the rows
             self._actions = actions
             self._action_views = [
-                (key, torch.from_numpy(actions[key][row : row + 1].reshape(actions[key].shape[1:])))
+                (key, from_numpy(actions[key][row : row + 1].reshape(actions[key].shape[1:])))
                 for key in self._action_keys
             ]
             self._action_container = TensorDict()
@@ -126,7 +128,8 @@ class NativeAdapter:
         """The env's step result: a plain dict as returned (the runner writes the common one
         itself), an awaitable, or anything else through ``outcome``."""
         out = self.env.step(self._action_td(actions, row))
-        if type(out) is dict or type(out) is CoroutineType or inspect.isawaitable(out):
+        kind = type(out)
+        if kind is dict or kind is CoroutineType or inspect.isawaitable(out):
             return out
         return self.outcome(out, True)
 

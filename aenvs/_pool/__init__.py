@@ -1,10 +1,14 @@
 """The pool: :class:`AsyncEnvPool` and the parts it is made of.
 
-- ``core``: the pool itself: lifecycle, sending, receiving, whole-batch calls, calls on envs.
+- ``core``: the pool itself: lifecycle, its documented methods, which hand the work to:
+- ``parts``: the working parts wired together: ``slots`` (the per-env slot table),
+  ``sending`` (env indices, dispatch, timeouts armed), ``receiving`` (results and call
+  answers), ``failures`` (timeouts, non-finite results), ``abandoned`` (whole-batch
+  commands whose caller gave up), ``restarts`` (the restart supervisor).
 - ``receives``: receives waiting at the same time, served fairly.
-- ``restarts``: the restart supervisor (``on_error="restart"``).
-- ``masked``: TorchRL's partial steps and resets (``"_step"`` / ``"_reset"``).
+- ``masked``: the whole-batch calls, with TorchRL's partial steps and resets (``"_step"`` / ``"_reset"``).
 - ``rollout``: random actions and rollouts, over the pool's public methods.
+- ``arguments``: the pool's construction arguments, read and checked.
 - ``stats``: :class:`PoolStats`.
 """
 

@@ -1,47 +1,40 @@
-"""TorchRL's partial steps and resets: inputs with ``"_step"`` / ``"_reset"`` masks.
+"""The pool's whole-batch calls (``reset``, ``step``, ``step_and_maybe_reset``), with
+TorchRL's partial steps and resets: inputs with ``"_step"`` / ``"_reset"`` masks.
 
 Only the envs (or groups) marked are stepped or reset; the others keep their input
 values. The rules themselves live in :mod:`aenvs._masks`; this module runs them on a pool.
+A whole-batch call that is cancelled (Ctrl-C in the sync shim, a task cancel) abandons
+its command: its results are dropped when they arrive, so the next whole-batch call finds
+the envs free instead of busy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol, cast
 
+import numpy as np
 import torch
-from tensordict import TensorDictBase, lazy_stack
+from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from aenvs import _masks as masks
 from aenvs._commands import CommandKind
+from aenvs._pool.parts import PoolParts
+from aenvs._pool.sending import EnvIndex, Seed
 from aenvs._seeding import seed_chain
-from aenvs._specs import EnvSpec
+from aenvs._tensors import td_keys
 
-EnvIndex = int | Sequence[int] | torch.Tensor
-Seed = int | Sequence[int | None] | None
+__all__ = ["WholeBatchCalls", "has_step_masks"]
+
+_STEP, _RESET, _SMR = CommandKind.STEP, CommandKind.RESET, CommandKind.STEP_AND_RESET
 
 
-class _Pool(Protocol):
-    """What the masked calls use of the pool (its own modules may use its privates)."""
-
-    _specs: list[EnvSpec]
+class Batched(Protocol):
+    """What the whole-batch calls use of the pool: its public methods."""
 
     @property
     def is_dense(self) -> bool: ...
-    def _batcher_or_raise(self) -> Any: ...
-    def _targets(self, td: TensorDictBase | None, env_index: EnvIndex | None) -> list[int]: ...
-    def _send_actions(
-        self, kind: CommandKind, td: TensorDictBase, env_index: EnvIndex | None
-    ) -> list[int]: ...
-    def _send_reset(
-        self,
-        td: TensorDictBase | None,
-        env_index: EnvIndex | None,
-        seed: Seed,
-        options: Mapping[str, Any] | None,
-    ) -> list[int]: ...
-    def _give_up(self, exc: BaseException, kind: CommandKind, indices: Sequence[int]) -> None: ...
-    async def _recv_or_abandon(self, kind: CommandKind, indices: list[int]) -> TensorDictBase: ...
+    async def async_reset_recv(self, *, env_index: EnvIndex | None = None) -> TensorDictBase: ...
     async def async_step_recv(self, *, env_index: EnvIndex | None = None) -> TensorDictBase: ...
     async def async_step_and_maybe_reset_recv(
         self, *, env_index: EnvIndex | None = None
@@ -53,93 +46,165 @@ class _Pool(Protocol):
     ) -> tuple[TensorDictBase, TensorDictBase]: ...
 
 
-__all__ = ["masked_reset", "masked_step"]
+def has_step_masks(td: TensorDictBase) -> bool:
+    """Whether a step's input has a ``"_step"`` or ``"_reset"`` entry (False for a non-TensorDict,
+    which the step then refuses).
 
-_STEP, _RESET, _SMR = CommandKind.STEP, CommandKind.RESET, CommandKind.STEP_AND_RESET
-
-
-async def masked_reset(
-    pool: _Pool,
-    td: TensorDictBase,
-    env_index: EnvIndex | None,
-    seed: int | Sequence[int | None] | None,
-    options: Mapping[str, Any] | None,
-) -> TensorDictBase:
-    done_keys = {leaf.key for s in pool._specs for leaf in s.reset_leaves if leaf.key[-1] == "done"}
-    plan = masks.plan_reset(td, done_keys)
-    previous = masks.strip_masks(td)
-    indices = pool._targets(previous, env_index)
-    rows_env_index = torch.tensor(indices, dtype=torch.long)
-    targets = [indices[r] for r in plan.rows]
-    if not targets:
-        out = previous.copy()
-        out.set("env_index", rows_env_index)
-        return out
-    if plan.groups is None:
-        pool._send_reset(None, targets, seed, options)
-    else:  # one command per env: each gets its groups' masks in its options
-        pool._targets(None, targets)  # all free, before dispatching any
-        if seed is None:
-            seeds: list[Any] = [None] * len(targets)
-        elif isinstance(seed, int):
-            seeds = [[s] for s in seed_chain(seed, len(targets))[0]]
-        else:
-            seeds = [[s] for s in seed]
-            if len(seeds) != len(targets):
-                raise ValueError(f"{len(seeds)} seeds for {len(targets)} envs")
-        for i, env_seed, env_options in zip(targets, seeds, plan.options, strict=True):
-            pool._send_reset(None, [i], env_seed, {**(options or {}), **(env_options or {})})
-    reset = await pool._recv_or_abandon(_RESET, targets)
-    return masks.merge_reset(previous, reset, plan, rows_env_index)
+    Example:
+        >>> from tensordict import TensorDict
+        >>> has_step_masks(TensorDict({"_step": torch.ones(2, dtype=torch.bool)}, [2]))
+        True
+    """
+    if not isinstance(cast(object, td), TensorDictBase):
+        return False
+    return any(key == masks.STEP_KEY or key == masks.RESET_KEY for key in td_keys(td))
 
 
-async def masked_step(
-    pool: _Pool, td: TensorDictBase, env_index: EnvIndex | None, *, and_reset: bool
-) -> tuple[TensorDictBase, TensorDictBase | None]:
-    """:meth:`step` (or :meth:`step_and_maybe_reset`) of an input with a ``"_step"`` mask."""
-    pool._batcher_or_raise()
-    mask = masks.step_mask(td)
-    previous = masks.strip_masks(td)
-    if mask is None or bool(mask.all()):
-        if and_reset:
-            return await pool.step_and_maybe_reset(previous, env_index)
-        return await pool.step(previous, env_index), None
-    indices = pool._targets(previous, env_index)
-    rows = mask.nonzero().flatten().tolist()
-    targets = [indices[r] for r in rows]
-    kind = _SMR if and_reset else _STEP
-    stepped = nxt = None
-    if rows:
-        sub = previous[mask] if pool.is_dense else lazy_stack([previous[r] for r in rows])
-        pool._send_actions(kind, sub, targets)
+class WholeBatchCalls:
+    """The pool's ``reset``, ``step`` and ``step_and_maybe_reset``: send, then receive every result.
+
+    Args:
+        pool: the pool (its public methods).
+        parts: the pool's parts (targets checked, commands dispatched, abandoned ones dropped).
+    """
+
+    def __init__(self, pool: Batched, parts: PoolParts) -> None:
+        self._pool = pool
+        self._parts = parts
+        self._sender = parts.sender
+
+    async def reset(
+        self,
+        td: TensorDictBase | None,
+        env_index: EnvIndex | None,
+        seed: Seed,
+        options: Mapping[str, Any] | None,
+    ) -> TensorDictBase:
+        """:meth:`aenvs.AsyncEnvPool.reset`."""
+        await self._parts.settle(td, env_index, whole=True)
+        if td is not None and masks.has_reset_mask(td):
+            return await self._masked_reset(td, env_index, seed, options)
+        indices = self._sender.send_reset(td, env_index, seed, options)
+        return await self._receive_all(_RESET, indices)
+
+    async def step(self, td: TensorDictBase, env_index: EnvIndex | None) -> TensorDictBase:
+        """:meth:`aenvs.AsyncEnvPool.step`."""
+        await self._parts.settle(td, env_index, whole=True)
+        if has_step_masks(td):
+            return (await self._masked_step(td, env_index, and_reset=False))[0]
+        indices = self._sender.send_actions(_STEP, td, env_index)
+        return await self._receive_all(_STEP, indices)
+
+    async def step_and_maybe_reset(
+        self, td: TensorDictBase, env_index: EnvIndex | None
+    ) -> tuple[TensorDictBase, TensorDictBase]:
+        """:meth:`aenvs.AsyncEnvPool.step_and_maybe_reset`."""
+        await self._parts.settle(td, env_index, whole=True)
+        if has_step_masks(td):
+            out, nxt = await self._masked_step(td, env_index, and_reset=True)
+            assert nxt is not None
+            return out, nxt
+        indices = self._sender.send_actions(_SMR, td, env_index)
         try:
-            if and_reset:
-                stepped, nxt = await pool.async_step_and_maybe_reset_recv(env_index=targets)
-            else:
-                stepped = await pool.async_step_recv(env_index=targets)
+            return await self._pool.async_step_and_maybe_reset_recv(env_index=indices)
         except BaseException as exc:
-            pool._give_up(exc, kind, targets)
+            self._parts.abandoned.give_up(exc, _SMR, indices)
             raise
-    rows_env_index = torch.tensor(indices, dtype=torch.long)
-    template = _zeros(pool, indices, "step")
-    out = masks.merge_step(
-        previous, stepped if stepped is not None else template[:0], rows, template, rows_env_index
-    )
-    if not and_reset:
-        return out, None
-    reset_template = _zeros(pool, indices, "reset")
-    next_td = masks.fill_rows(previous, nxt if nxt is not None else reset_template[:0], rows, reset_template)
-    next_td.set("env_index", rows_env_index)
-    carried_done = masks.done_rows(previous) & ~mask
-    if bool(carried_done.any()):  # envs not stepped whose input is done: reset them, as TorchRL does
-        next_td.set(masks.RESET_KEY, carried_done.unsqueeze(-1))
-        next_td = await pool.reset(next_td)
-    return out, next_td
 
+    async def _receive_all(self, kind: CommandKind, indices: list[int]) -> TensorDictBase:
+        """Receive the results of a reset or step to ``indices``, or abandon them."""
+        try:
+            if kind is _RESET:
+                return await self._pool.async_reset_recv(env_index=indices)
+            return await self._pool.async_step_recv(env_index=indices)
+        except BaseException as exc:
+            self._parts.abandoned.give_up(exc, kind, indices)
+            raise
 
-def _zeros(pool: _Pool, indices: list[int], which: Literal["step", "reset"]) -> TensorDictBase:
-    """Zeros laid out as the step results (or reset results) of ``indices``."""
-    layouts = [
-        pool._specs[i].step_leaves if which == "step" else pool._specs[i].reset_leaves for i in indices
-    ]
-    return masks.zeros(layouts, dense=pool.is_dense)
+    async def _masked_reset(
+        self,
+        td: TensorDictBase,
+        env_index: EnvIndex | None,
+        seed: Seed,
+        options: Mapping[str, Any] | None,
+    ) -> TensorDictBase:
+        """:meth:`reset` of an input with ``"_reset"`` masks."""
+        sender = self._sender
+        done_keys = {leaf.key for s in sender.specs for leaf in s.reset_leaves if leaf.key[-1] == "done"}
+        plan = masks.plan_reset(td, done_keys)
+        previous = masks.strip_masks(td)
+        indices = sender.targets(previous, env_index)
+        rows_env_index = torch.tensor(indices, dtype=torch.long)
+        targets = [indices[r] for r in plan.rows]
+        if not targets:
+            out = previous.copy()
+            out.set("env_index", rows_env_index)
+            return out
+        if plan.groups is None:
+            sender.send_reset(None, targets, seed, options)
+        else:  # one command per env: each gets its groups' masks in its options
+            sender.targets(None, targets)  # all free, before dispatching any
+            if seed is None:
+                seeds: list[Seed] = [None] * len(targets)
+            elif isinstance(seed, int):
+                seeds = [[s] for s in seed_chain(seed, len(targets))[0]]
+            else:
+                seeds = [[s] for s in seed]
+                if len(seeds) != len(targets):
+                    raise ValueError(f"{len(seeds)} seeds for {len(targets)} envs")
+            for i, env_seed, env_options in zip(targets, seeds, plan.options, strict=True):
+                sender.send_reset(None, [i], env_seed, {**(options or {}), **(env_options or {})})
+        reset = await self._receive_all(_RESET, targets)
+        return masks.merge_reset(previous, reset, plan, rows_env_index)
+
+    async def _masked_step(
+        self, td: TensorDictBase, env_index: EnvIndex | None, *, and_reset: bool
+    ) -> tuple[TensorDictBase, TensorDictBase | None]:
+        """:meth:`step` (or :meth:`step_and_maybe_reset`) of an input with a ``"_step"`` mask."""
+        pool, sender = self._pool, self._sender
+        dense = pool.is_dense  # raises if the pool is closed
+        mask = masks.step_mask(td)
+        previous = masks.strip_masks(td)
+        if mask is None or bool(mask.all()):
+            if and_reset:
+                return await pool.step_and_maybe_reset(previous, env_index)
+            return await pool.step(previous, env_index), None
+        indices = sender.targets(previous, env_index)
+        rows: list[int] = np.flatnonzero(mask.numpy(force=True)).tolist()
+        targets = [indices[r] for r in rows]
+        kind = _SMR if and_reset else _STEP
+        stepped = nxt = None
+        if rows:
+            sub = previous[mask] if dense else LazyStackedTensorDict.lazy_stack([previous[r] for r in rows])
+            sender.send_actions(kind, sub, targets)
+            try:
+                if and_reset:
+                    stepped, nxt = await pool.async_step_and_maybe_reset_recv(env_index=targets)
+                else:
+                    stepped = await pool.async_step_recv(env_index=targets)
+            except BaseException as exc:
+                self._parts.abandoned.give_up(exc, kind, targets)
+                raise
+        rows_env_index = torch.tensor(indices, dtype=torch.long)
+        template = self._zeros(indices, "step", dense)
+        out = masks.merge_step(
+            previous, stepped if stepped is not None else template[:0], rows, template, rows_env_index
+        )
+        if not and_reset:
+            return out, None
+        reset_template = self._zeros(indices, "reset", dense)
+        next_td = masks.fill_rows(
+            previous, nxt if nxt is not None else reset_template[:0], rows, reset_template
+        )
+        next_td.set("env_index", rows_env_index)
+        carried_done = masks.done_rows(previous) & ~mask
+        if bool(carried_done.any()):  # envs not stepped whose input is done: reset them, as TorchRL does
+            next_td.set(masks.RESET_KEY, carried_done.unsqueeze(-1))
+            next_td = await pool.reset(next_td)
+        return out, next_td
+
+    def _zeros(self, indices: list[int], which: Literal["step", "reset"], dense: bool) -> TensorDictBase:
+        """Zeros laid out as the step results (or reset results) of ``indices``."""
+        specs = self._sender.specs
+        layouts = [specs[i].step_leaves if which == "step" else specs[i].reset_leaves for i in indices]
+        return masks.zeros(layouts, dense=dense)

@@ -11,13 +11,18 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 import torch
-from tensordict import TensorDictBase, lazy_stack, maybe_dense_stack
+from tensordict import (
+    LazyStackedTensorDict,
+    TensorDictBase,
+    maybe_dense_stack,  # pyright: ignore[reportUnknownVariableType]
+)
 
 from aenvs import _masks as masks
 from aenvs._batching import lazy_legacy_env_kept
 from aenvs._indices import read_env_index
 from aenvs._layout import step_mdp
 from aenvs._sampling import random_actions
+from aenvs._tensors import td_get
 
 __all__ = ["apply_policy", "rand_action", "rollout", "stack_steps"]
 
@@ -46,7 +51,7 @@ def apply_policy(policy: Policy, td: TensorDictBase) -> TensorDictBase:
     """Run a rollout policy: it writes its entries into ``td`` or returns them."""
     out = policy(td)
     if out is not None and out is not td:
-        td.update(out)
+        td.update(out)  # pyright: ignore[reportUnknownMemberType]
     return td
 
 
@@ -56,8 +61,8 @@ def rand_action(
     """:meth:`aenvs.AsyncEnvPool.rand_action`: random actions for ``td``'s envs (or all), written into it."""
     specs = pool.env_specs
     indices = list(range(pool.num_envs))
-    if td is not None and "env_index" in td.keys():
-        env_index = td.get("env_index")
+    env_index = None if td is None else td_get(td, "env_index")
+    if env_index is not None:
         indices = (
             read_env_index(env_index, pool.num_envs, "the input's 'env_index' entry")
             if env_index.numel()
@@ -68,14 +73,16 @@ def rand_action(
     )
     if td is None:
         return actions
-    td.update(actions)
+    td.update(actions)  # pyright: ignore[reportUnknownMemberType]
     return td
 
 
 def stack_steps(steps: list[TensorDictBase], contiguous: bool) -> TensorDictBase:
     """Stack a rollout's steps on a time dim (dense where possible with ``contiguous``)."""
     with lazy_legacy_env_kept():  # the steps' infos may differ in keys
-        return maybe_dense_stack(steps, dim=1) if contiguous else lazy_stack(steps, dim=1)
+        return (
+            maybe_dense_stack(steps, dim=1) if contiguous else LazyStackedTensorDict.lazy_stack(steps, dim=1)
+        )
 
 
 async def rollout(
@@ -148,5 +155,5 @@ async def rollout(
                 callback(pool, out)
     trajectory = stack_steps(steps, return_contiguous)
     with contextlib.suppress(RuntimeError, ValueError, NotImplementedError):
-        trajectory.refine_names(..., "time")
+        trajectory.refine_names(..., "time")  # pyright: ignore[reportUnknownMemberType]
     return trajectory

@@ -38,4 +38,4 @@ class PoolStats:
     timeouts: list[int]
     abandoned_threads: int
     receiving: int = 0
-    in_flight_envs: list[int] = field(default_factory=list)
+    in_flight_envs: list[int] = field(default_factory=list[int])

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import types
-from asyncio.tasks import _enter_task, _leave_task  # how eager tasks switch the current task
+
+# how eager tasks switch the current task (asyncio's own, private)
+from asyncio.tasks import _enter_task, _leave_task  # pyright: ignore[reportPrivateUsage]
 from collections import deque
 from collections.abc import Coroutine, Generator, Mapping, Sequence
 from typing import Any
@@ -63,8 +65,9 @@ def _thrown_into(coro: Coroutine[Any, Any, Any], exc: BaseException) -> Generato
     try:
         yield yielded
     except BaseException as again:
-        return (yield from _thrown_into(coro, again))  # pyright: ignore[reportGeneralTypeIssues]
-    return (yield from coro)  # pyright: ignore[reportGeneralTypeIssues] - a coroutine delegates as a generator
+        return (yield from _thrown_into(coro, again))  # pyright: ignore[reportGeneralTypeIssues, reportUnknownVariableType]
+    # a coroutine delegates as a generator (pyright knows only native coroutines' awaits)
+    return (yield from coro)  # pyright: ignore[reportGeneralTypeIssues, reportUnknownVariableType]
 
 
 class InlineExecutor(Executor):
@@ -121,7 +124,7 @@ class InlineExecutor(Executor):
     def submit(self, command: Command) -> None:
         runner, loop = self._runner, self._loop
         assert runner is not None and loop is not None
-        plain = []
+        plain: list[int] = []
         is_async = self._is_async
         caller = asyncio.current_task(loop)  # the sender's task (None from a callback or the sync shim)
         if caller is not None:
@@ -241,7 +244,7 @@ class InlineExecutor(Executor):
             try:
                 # from here the task drives the coroutine itself (C-level delegation, which
                 # also forwards what is thrown in); only a throw is passed by hand first
-                completion = yield from (coro if throw is None else _thrown_into(coro, throw))  # pyright: ignore[reportGeneralTypeIssues]
+                completion: Completion = yield from (coro if throw is None else _thrown_into(coro, throw))  # pyright: ignore[reportGeneralTypeIssues, reportUnknownVariableType]
             except BaseException as exc:  # not an env failure (the runner answers those)
                 command, env.command = env.command, None
                 if command is not None:  # else abort() answered it
@@ -251,7 +254,7 @@ class InlineExecutor(Executor):
                     continue  # raised by the env itself (not a close of this task): it takes the next command
                 raise
             env.command = None
-            self._answer(completion)
+            self._answer(completion)  # pyright: ignore[reportUnknownArgumentType] - see the yield from
             # This command's objects are released when the env's next command starts, not
             # here. CPython collects when allocations minus deallocations pass a threshold;
             # a send makes each env's step objects (coroutines, future, timer), its end frees
@@ -260,7 +263,7 @@ class InlineExecutor(Executor):
             # Freeing some of a step's objects where the next step's are made halves that
             # count's climb. Nothing is kept in this frame while the env waits.
             env.finished = (coro, yielded, completion)
-            coro = yielded = completion = None
+            del coro, yielded, completion
 
     def flush(self) -> None:
         """Run the plain envs' commands now rather than at the loop's next turn."""

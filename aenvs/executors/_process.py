@@ -25,20 +25,18 @@ import os
 import pickle
 import signal
 import socket
-from collections.abc import Mapping, Sequence
 from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from typing import Any
 
-import cloudpickle
-
+from aenvs._buffers import Buffers
 from aenvs._commands import Command, CommandKind
-from aenvs._env import EnvFn
 from aenvs._errors import EnvCrashedError
 from aenvs._shm import SharedArena
 from aenvs._specs import EnvSpec
 from aenvs._zygote import fork_worker
-from aenvs.executors._base import Capabilities, check_worker_options, split_envs
+from aenvs.executors._base import Capabilities
+from aenvs.executors._pickling import cloudpickle_dumps
 from aenvs.executors._workers import WorkerGroupExecutor
 
 __all__ = ["ProcessExecutor"]
@@ -48,7 +46,7 @@ def _dumps(message: Any) -> bytes:
     try:
         return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # lambdas and local classes in call arguments
-        return cloudpickle.dumps(message)
+        return cloudpickle_dumps(message)
 
 
 class _Worker:
@@ -107,16 +105,8 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
         startup_timeout: float | None = 60.0,
         close_timeout: float = 5.0,
     ) -> None:
-        super().__init__()
-        check_worker_options(num_workers, envs_per_worker)
-        self.num_workers = num_workers
-        self.envs_per_worker = envs_per_worker
-        self.startup_timeout = startup_timeout
-        self.close_timeout = close_timeout
+        super().__init__(num_workers, envs_per_worker, startup_timeout, close_timeout)
         self._arena: SharedArena | None = None  # its descriptor stays open for workers started later
-
-    def _plan(self, num_envs: int) -> list[list[int]]:
-        return split_envs(num_envs, self.envs_per_worker, self.num_workers, os.cpu_count() or 1)
 
     @property
     def pids(self) -> list[int]:
@@ -125,29 +115,15 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
 
     # -- start ------------------------------------------------------------------------
 
-    async def start(
-        self,
-        env_fns: Sequence[EnvFn],
-        *,
-        seeds: Sequence[int | None],
-        make_kwargs: Mapping[int, Mapping[str, Any]] | None = None,
-    ) -> list[EnvSpec]:
-        self._bind_loop()
-        num_envs = len(env_fns)
-        self._recipe = (env_fns, seeds, make_kwargs or {})
-        self._place([_Worker(k, ids) for k, ids in enumerate(self._plan(num_envs))])
-        try:
-            specs_by_env = await self._start_workers(self._workers)
-            specs = [specs_by_env[i] for i in range(num_envs)]
-            self._arena = arena = SharedArena.create(specs)
-            self._specs = specs
-            for worker in self._workers:
-                self._hand_arena(worker)
-            self.buffers = arena.buffers
-            return specs
-        except BaseException:
-            self.kill()
-            raise
+    def _new_worker(self, index: int, env_indices: list[int]) -> _Worker:
+        return _Worker(index, env_indices)
+
+    def _default_workers(self, num_envs: int) -> int:
+        return os.cpu_count() or 1
+
+    def _allocate(self, specs: list[EnvSpec]) -> Buffers:
+        self._arena = arena = SharedArena.create(specs)
+        return arena.buffers
 
     async def _start_workers(self, workers: list[_Worker]) -> dict[int, EnvSpec]:
         loop = self._loop
@@ -170,11 +146,14 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
             specs_by_env.update(result)
         return specs_by_env
 
-    def _hand_arena(self, worker: _Worker) -> None:
-        """Send a built worker every env's spec and the arena's descriptor: it starts serving."""
-        assert worker.conn is not None and self._arena is not None
-        worker.conn.send_bytes(_dumps((self._specs, self._arena.size)))
-        reduction.send_handle(worker.conn, self._arena.fd, worker.pid)
+    def _serve(self, workers: list[_Worker]) -> None:
+        """Send built workers every env's spec and the arena's descriptor: they start serving."""
+        arena = self._arena
+        assert arena is not None
+        for worker in workers:
+            assert worker.conn is not None
+            worker.conn.send_bytes(_dumps((self._specs, arena.size)))
+            reduction.send_handle(worker.conn, arena.fd, worker.pid)
 
     def _spawn(self, workers: list[_Worker]) -> None:
         for worker in workers:
@@ -271,11 +250,7 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
 
     def _successor(self, dead: _Worker) -> _Worker:
         self._release(dead)
-        return _Worker(dead.index, dead.env_indices)
-
-    def _restarted(self, workers: list[_Worker]) -> None:
-        for worker in workers:
-            self._hand_arena(worker)
+        return super()._successor(dead)
 
     def _release(self, worker: _Worker) -> None:
         """Close what the parent holds of a dead worker (its pipe and pidfd)."""

@@ -17,11 +17,8 @@ default), reports their deaths, and never retries a step (``max_task_retries=0``
 Results are awaited through each ObjectRef's future, whose completion Ray reports to
 the event loop: no ``ray.get`` blocks the loop, no thread polls.
 
-Ray is imported only when this executor is built (``pip install 'aenvs[ray]'``). If
-this process is not connected to Ray yet, the first pool connects (to ``address``, else
-to ``RAY_ADDRESS``, else to a local Ray instance it starts) and the last pool to close
-disconnects, which shuts the local instance down; a connection that was there before
-is left as it was.
+Ray is imported only when this executor is built (``pip install 'aenvs[ray]'``); how
+pools share this process's connection to Ray is :mod:`aenvs.executors._ray_runtime`'s.
 """
 
 from __future__ import annotations
@@ -30,27 +27,24 @@ import asyncio
 import concurrent.futures
 import contextlib
 import itertools
-import os
 import pickle
-import shutil
 import sys
-import tempfile
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import cloudpickle
 import numpy as np
+import numpy.typing as npt
 
-from aenvs._buffers import Buffers
 from aenvs._commands import Command, CommandKind, Completion, RemoteError
-from aenvs._env import EnvFn
 from aenvs._errors import EnvCrashedError, EnvTimeoutError
-from aenvs._specs import EnvSpec
-from aenvs.executors._base import Capabilities, check_worker_options, split_envs
-from aenvs.executors._ray_host import EnvHost
+from aenvs._specs import EnvSpec, Key
+from aenvs.executors._base import Capabilities
+from aenvs.executors._pickling import cloudpickle_dumps
+from aenvs.executors._ray_host import EnvHost, Result
+from aenvs.executors._ray_runtime import RUNTIME, import_ray, init_options as ray_init_options
 from aenvs.executors._workers import WorkerGroupExecutor
 
 __all__ = ["RayExecutor"]
@@ -58,111 +52,11 @@ __all__ = ["RayExecutor"]
 _WITH_ACTIONS = (CommandKind.STEP, CommandKind.STEP_AND_RESET)
 
 
-def import_ray() -> Any:
-    """The ``ray`` module, or an ImportError that says how to install it."""
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError(
-            "the ray executor needs Ray, an optional dependency of aenvs: pip install 'aenvs[ray]'"
-        ) from exc
-    return ray
-
-
-# -- the Ray connection pools share ---------------------------------------------------
-
-
-class _RayRuntime:
-    """This process's connection to Ray, when aenvs made it: shared by pools, shut down by the last.
-
-    ``ray.init`` runs on a thread of its own that lives until ``ray.shutdown``: Ray ties the
-    processes of a local instance to the thread that started them (they die with it).
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users = 0
-        self._ready: concurrent.futures.Future[None] | None = None
-        self._stop = threading.Event()
-        self._stopped = threading.Event()
-        self._stopped.set()
-
-    def acquire(self, ray: Any, options: Mapping[str, Any]) -> tuple[bool, Any]:
-        """Join the connection aenvs made, or make one (``ray.init(**options)``) if Ray is not initialized.
-
-        Returns (whether this call counts as a user to :meth:`release`, a future of the connection).
-        Blocks only while a previous connection of ours finishes shutting down.
-        """
-        with self._lock:
-            stopping = self._stopped if self._stop.is_set() else None
-        if stopping is not None:
-            stopping.wait(timeout=30)
-        with self._lock:
-            if self._users:
-                self._users += 1
-                return True, self._ready
-            done: concurrent.futures.Future[None] = concurrent.futures.Future()
-            if ray.is_initialized():  # someone else's: used as it is, never shut down by us
-                done.set_result(None)
-                return False, done
-            self._users = 1
-            self._ready = done
-            self._stop = threading.Event()
-            self._stopped = threading.Event()
-            thread = threading.Thread(
-                target=self._keep,
-                args=(ray, dict(options), done, self._stop, self._stopped),
-                name="aenvs-ray-init",
-                daemon=True,
-            )
-            thread.start()
-            return True, done
-
-    def release(self) -> threading.Event | None:
-        """One user less; the last one shuts Ray down and gets an event set once that is done."""
-        with self._lock:
-            self._users = max(self._users - 1, 0)
-            if self._users:
-                return None
-            self._stop.set()
-            return self._stopped
-
-    def _keep(
-        self,
-        ray: Any,
-        options: dict[str, Any],
-        ready: concurrent.futures.Future[None],
-        stop: threading.Event,
-        stopped: threading.Event,
-    ) -> None:
-        temp_dir = None
-        try:
-            if options.get("address") == "local" and "_temp_dir" not in options:
-                # a directory of its own, removed at shutdown: sessions do not pile up in /tmp/ray
-                # (in RAY_TMPDIR if set; a short name: Ray's socket paths must stay short)
-                temp_dir = tempfile.mkdtemp(prefix="aenvs-", dir=os.environ.get("RAY_TMPDIR"))
-                options["_temp_dir"] = temp_dir
-            try:
-                ray.init(**options)
-            except BaseException as exc:
-                with self._lock:
-                    self._users = 0
-                ready.set_exception(exc)
-                return
-            ready.set_result(None)
-            stop.wait()
-            with contextlib.suppress(Exception):
-                ray.shutdown()
-        finally:
-            if temp_dir is not None:
-                shutil.rmtree(temp_dir, ignore_errors=True)
-            stopped.set()
-
-
-_RUNTIME = _RayRuntime()
-
-
 # -- the executor ----------------------------------------------------------------------
+
+
+_Plan = list[tuple[int, int, npt.NDArray[np.intp]]]
+"""Per group of an actor: its group, the pool's group, the pool's rows (see ``RayExecutor._plan``)."""
 
 
 @dataclass(eq=False)
@@ -177,10 +71,11 @@ class _Actor:
     node: str = ""  # the address of its node
     node_id: str = ""
     alive: bool = True
-    in_flight: dict[int, CommandKind] = field(default_factory=dict)
+    in_flight: dict[int, CommandKind] = field(default_factory=dict[int, CommandKind])
     ended: asyncio.Future[None] | None = None  # resolved when Ray reports the actor dead
-    location: dict[int, tuple[int, int]] = field(default_factory=dict)  # env -> its (group, row) in the actor
-    plans: dict[tuple[int, ...], list[tuple[int, int, np.ndarray]]] = field(default_factory=dict)
+    # env -> its (group, row) in the actor
+    location: dict[int, tuple[int, int]] = field(default_factory=dict[int, tuple[int, int]])
+    plans: dict[tuple[int, ...], _Plan] = field(default_factory=dict[tuple[int, ...], _Plan])
 
     def describe(self, why: str) -> str:
         where = f"pid {self.pid} on {self.node}" if self.pid else "not started"
@@ -241,11 +136,8 @@ class RayExecutor(WorkerGroupExecutor[_Actor]):
         actor_timeout: float = 120.0,
         close_timeout: float = 5.0,
     ) -> None:
-        super().__init__()
-        check_worker_options(num_workers, envs_per_worker)
+        super().__init__(num_workers, envs_per_worker, startup_timeout, close_timeout)
         self._ray = import_ray()
-        self.num_workers = num_workers
-        self.envs_per_worker = envs_per_worker
         self.address = address
         self.num_cpus = num_cpus
         self.resources = dict(resources) if resources else None
@@ -253,9 +145,7 @@ class RayExecutor(WorkerGroupExecutor[_Actor]):
         self.scheduling_strategy = scheduling_strategy
         self.concurrent_envs = concurrent_envs
         self.init_options = dict(init_options) if init_options else None
-        self.startup_timeout = startup_timeout
         self.actor_timeout = actor_timeout
-        self.close_timeout = close_timeout
         self._id = uuid.uuid4().hex[:8]
         self._generation = itertools.count()
         self._host: Any = None
@@ -278,36 +168,20 @@ class RayExecutor(WorkerGroupExecutor[_Actor]):
 
     # -- start ------------------------------------------------------------------------
 
-    async def start(
-        self,
-        env_fns: Sequence[EnvFn],
-        *,
-        seeds: Sequence[int | None],
-        make_kwargs: Mapping[int, Mapping[str, Any]] | None = None,
-    ) -> list[EnvSpec]:
-        self._bind_loop()
-        try:
-            await self._connect()
-            num_envs = len(env_fns)
-            self._recipe = (env_fns, seeds, make_kwargs or {})
-            cpus = int(self._ray.cluster_resources().get("CPU", 1)) or 1
-            plan = split_envs(num_envs, self.envs_per_worker, self.num_workers, cpus)
-            self._place([_Actor(k, ids) for k, ids in enumerate(plan)])
-            specs_by_env = await self._start_workers(self._workers)
-            self._specs = [specs_by_env[i] for i in range(num_envs)]
-            self.buffers = Buffers.allocate(self._specs)
-            return self._specs
-        except BaseException:
-            await self._abandon()
-            raise
+    def _new_worker(self, index: int, env_indices: list[int]) -> _Actor:
+        return _Actor(index, env_indices)
 
-    async def _connect(self) -> None:
-        options = dict(self.init_options or ({} if self.address is not None else _local_options()))
-        if self.address is not None:
-            options["address"] = self.address
-        joined, ready = await asyncio.to_thread(_RUNTIME.acquire, self._ray, options)
+    async def _prepare(self) -> None:
+        options = ray_init_options(self.address, self.init_options)
+        joined, ready = await asyncio.to_thread(RUNTIME.acquire, self._ray, options)
         self._joined = joined
         await asyncio.wrap_future(ready)
+
+    def _default_workers(self, num_envs: int) -> int:
+        return int(self._ray.cluster_resources().get("CPU", 1)) or 1
+
+    async def _give_up(self) -> None:
+        await self._abandon()
 
     def _host_class(self) -> Any:
         if self._host is None:
@@ -331,7 +205,7 @@ class RayExecutor(WorkerGroupExecutor[_Actor]):
             options["runtime_env"] = self.runtime_env
         host = self._host_class()
         for w in workers:
-            payload = cloudpickle.dumps((self._recipe_of(w), list(sys.path)))
+            payload = cloudpickle_dumps((self._recipe_of(w), list(sys.path)))
             w.name = f"aenvs-{self._id}-{w.index}-{next(self._generation)}"
             w.handle = host.options(name=w.name, **options).remote(
                 payload, w.index, num_envs, self.concurrent_envs
@@ -421,7 +295,7 @@ class RayExecutor(WorkerGroupExecutor[_Actor]):
                 w.in_flight[i] = kind
             self._when_done(ref, self._arrived, w, kind, envs, plan)
 
-    def _plan(self, w: _Actor, envs: list[int]) -> list[tuple[int, int, np.ndarray]]:
+    def _plan(self, w: _Actor, envs: list[int]) -> _Plan:
         """Per group of the actor holding some of ``envs``: (its group, the pool's group, the
         pool's rows), in the order the actor lists the rows (``ray_host.rows_by_group``)."""
         key = tuple(envs)
@@ -445,11 +319,12 @@ class RayExecutor(WorkerGroupExecutor[_Actor]):
         w: _Actor,
         kind: CommandKind,
         envs: list[int],
-        plan: list[tuple[int, int, np.ndarray]],
-        future: concurrent.futures.Future[Any],
+        plan: _Plan,
+        future: concurrent.futures.Future[Result],
     ) -> None:
         if not w.alive or self._closing:  # its envs were answered with a crash already
             return
+        written: list[tuple[int, dict[str, dict[Key, np.ndarray]]]]
         try:
             answer, written = future.result()
             completions = pickle.loads(answer)
@@ -501,9 +376,6 @@ class RayExecutor(WorkerGroupExecutor[_Actor]):
             with contextlib.suppress(Exception):
                 self._ray.kill(w.handle, no_restart=True)
 
-    def _successor(self, dead: _Actor) -> _Actor:
-        return _Actor(dead.index, dead.env_indices)
-
     # -- closing ----------------------------------------------------------------------------
 
     async def aclose(self) -> None:
@@ -533,7 +405,7 @@ class RayExecutor(WorkerGroupExecutor[_Actor]):
         if not self._joined:
             return None
         self._joined = False
-        return _RUNTIME.release()
+        return RUNTIME.release()
 
     def kill(self) -> None:
         self._closing = True
@@ -547,14 +419,6 @@ class RayExecutor(WorkerGroupExecutor[_Actor]):
                     self._kill(w)
         for w in self._workers:
             w.alive = False
-
-
-def _local_options() -> dict[str, Any]:
-    """``ray.init`` options when no address is given: the cluster ``RAY_ADDRESS`` names, else a
-    new local instance (never a cluster found running) with every CPU and no dashboard."""
-    if os.environ.get("RAY_ADDRESS"):
-        return {}
-    return {"address": "local", "num_cpus": os.cpu_count() or 1, "include_dashboard": False}
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

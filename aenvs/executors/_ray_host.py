@@ -19,9 +19,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
-import cloudpickle
 import numpy as np
 
 from aenvs._buffers import Buffers
@@ -104,13 +103,13 @@ class EnvHost:
         try:
             # unpickling imports what the factories need (torch, a simulator): done here,
             # while Ray starts the actor, so that building envs is all startup_timeout bounds
-            recipe, driver_path = cloudpickle.loads(payload)
+            recipe, driver_path = pickle.loads(payload)  # cloudpickle's loads is pickle's
         except Exception as exc:
             self._unpickled = RemoteError.capture(exc)
             return
         sys.path.extend(p for p in driver_path if p not in sys.path)
         try:
-            self._recipe = cloudpickle.loads(recipe)
+            self._recipe = pickle.loads(recipe)
         except Exception as exc:
             self._unpickled = RemoteError.capture(exc)
 
@@ -118,7 +117,8 @@ class EnvHost:
         """The actor's process id, and the address and id of its node."""
         import ray  # present in every actor's process
 
-        return os.getpid(), ray.util.get_node_ip_address(), ray.get_runtime_context().get_node_id()
+        address = cast(str, ray.util.get_node_ip_address())  # pyright: ignore[reportUnknownMemberType]
+        return os.getpid(), address, ray.get_runtime_context().get_node_id()
 
     async def lifetime(self) -> None:
         """Never returns: the driver learns of this actor's death when this call fails."""

@@ -12,15 +12,15 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from aenvs._buffers import Buffers
 from aenvs._commands import Command, CommandKind, Completion, RemoteError
 from aenvs._env import EnvFn
 from aenvs._runner import EnvRunner
 from aenvs._specs import EnvSpec
-from aenvs.executors._base import Capabilities, Executor, check_worker_options, split_envs
+from aenvs.executors._base import Capabilities
+from aenvs.executors._workers import WorkerGroupExecutor
 
 __all__ = ["ThreadExecutor"]
 
@@ -32,15 +32,16 @@ class _Worker:
         self.index = index
         self.env_indices = env_indices
         self.inbox: queue.SimpleQueue[Command | None] = queue.SimpleQueue()
-        self.thread: threading.Thread | None = None
         self.runner: EnvRunner | None = None
-        # set (under the lock) when the pool gives up on this thread: it never answers again
-        self.abandoned = False
+        # cleared (under the lock) when the pool gives up on this thread: it never answers again
+        self.alive = True
         self.lock = threading.Lock()
+        # set on the loop's thread, emptied by the worker's thread under the lock as it answers
+        self.in_flight: dict[int, CommandKind] = {}
         self.exited: asyncio.Future[None] | None = None
 
 
-class ThreadExecutor(Executor):
+class ThreadExecutor(WorkerGroupExecutor[_Worker]):
     """Runs envs on worker threads.
 
     Args:
@@ -63,6 +64,9 @@ class ThreadExecutor(Executor):
 
     name = "thread"
     capabilities = Capabilities(abort=True, respawn=True)
+    # A thread cannot be killed: it is abandoned (a daemon, counted in abandoned_threads)
+    # and whatever it finishes later is dropped.
+    _death = _abort_reason = "was abandoned: a command outlived its timeout"
 
     def __init__(
         self,
@@ -72,51 +76,33 @@ class ThreadExecutor(Executor):
         startup_timeout: float | None = None,
         close_timeout: float = 5.0,
     ) -> None:
-        super().__init__()
-        check_worker_options(num_workers, envs_per_worker)
-        self.envs_per_worker = envs_per_worker
-        self.num_workers = num_workers
-        self.startup_timeout = startup_timeout
-        self.close_timeout = close_timeout
-        self._workers: list[_Worker] = []
-        self._worker_of: list[_Worker] = []
-        self._in_flight: dict[int, CommandKind] = {}  # env -> command sent and not answered yet
+        super().__init__(num_workers, envs_per_worker, startup_timeout, close_timeout)
         self._abandoned: list[_Worker] = []
-        self._recipe: tuple[Sequence[EnvFn], Sequence[int | None], Mapping[int, Mapping[str, Any]] | None] = (
-            (),
-            (),
-            None,
+
+    # -- start ------------------------------------------------------------------------
+
+    def _new_worker(self, index: int, env_indices: list[int]) -> _Worker:
+        return _Worker(index, env_indices)
+
+    async def _start_workers(self, workers: list[_Worker]) -> dict[int, EnvSpec]:
+        runners: list[EnvRunner] = await self._await_built(
+            [(w.env_indices, self._launch(w)) for w in workers]
         )
-
-    def _plan(self, num_envs: int) -> list[list[int]]:
-        return split_envs(num_envs, self.envs_per_worker, self.num_workers, num_envs)
-
-    async def start(
-        self,
-        env_fns: Sequence[EnvFn],
-        *,
-        seeds: Sequence[int | None],
-        make_kwargs: Mapping[int, Mapping[str, Any]] | None = None,
-    ) -> list[EnvSpec]:
-        self._bind_loop()
-        self._recipe = (env_fns, seeds, make_kwargs)
-        built: list[tuple[list[int], asyncio.Future[EnvRunner]]] = []
-        for index, env_indices in enumerate(self._plan(len(env_fns))):
-            worker = _Worker(index, env_indices)
-            self._workers.append(worker)
-            built.append((env_indices, self._launch(worker)))
-        self._worker_of = [w for w in self._workers for _ in w.env_indices]
-        try:
-            runners: list[EnvRunner] = await self._await_built(built)
-        except BaseException:
-            await self.aclose()
-            raise
-        specs = [spec for r in runners for _, spec in sorted(r.specs.items())]
-        self.buffers = Buffers.allocate(specs)
-        for worker, runner in zip(self._workers, runners, strict=True):
-            runner.attach({i: self.buffers.rows(i) for i in worker.env_indices})
+        specs_by_env: dict[int, EnvSpec] = {}
+        for worker, runner in zip(workers, runners, strict=True):
             worker.runner = runner
-        return specs
+            specs_by_env.update(runner.specs)
+        return specs_by_env
+
+    def _serve(self, workers: list[_Worker]) -> None:
+        buffers = self.buffers
+        assert buffers is not None
+        for worker in workers:
+            assert worker.runner is not None
+            worker.runner.attach({i: buffers.rows(i) for i in worker.env_indices})
+
+    async def _give_up(self) -> None:
+        await self.aclose()
 
     def _launch(self, worker: _Worker) -> asyncio.Future[EnvRunner]:
         """Start ``worker``'s thread; the future resolves once its envs are built."""
@@ -125,12 +111,11 @@ class ThreadExecutor(Executor):
         env_fns, seeds, make_kwargs = self._recipe
         ready: asyncio.Future[EnvRunner] = loop.create_future()
         exited: asyncio.Future[None] = loop.create_future()
-        fns = {i: env_fns[i] for i in worker.env_indices}
-        worker.thread = threading.Thread(
+        thread = threading.Thread(
             target=self._main,
             args=(
                 worker,
-                fns,
+                {i: env_fns[i] for i in worker.env_indices},
                 len(env_fns),
                 {i: seeds[i] for i in worker.env_indices},
                 make_kwargs,
@@ -141,7 +126,7 @@ class ThreadExecutor(Executor):
             daemon=True,
         )
         worker.exited = exited
-        worker.thread.start()
+        thread.start()
         return ready
 
     def _main(
@@ -150,7 +135,7 @@ class ThreadExecutor(Executor):
         env_fns: dict[int, EnvFn],
         num_envs: int,
         seeds: dict[int, int | None],
-        make_kwargs: Mapping[int, Mapping[str, Any]] | None,
+        make_kwargs: Mapping[int, Mapping[str, Any]],
         ready: asyncio.Future[EnvRunner],
         exited: asyncio.Future[None],
     ) -> None:
@@ -170,6 +155,7 @@ class ThreadExecutor(Executor):
                 _resolve_threadsafe(loop, ready, exc)
                 return
             _resolve_threadsafe(loop, ready, runner)
+            in_flight = worker.in_flight
             while (command := worker.inbox.get()) is not None:
                 try:
                     done = runner.execute(command)
@@ -177,89 +163,50 @@ class ThreadExecutor(Executor):
                     error = RemoteError.capture(exc)
                     done = [Completion(i, command.kind, error=error) for i in command.env_indices]
                 with worker.lock:
-                    if worker.abandoned:
+                    if not worker.alive:
                         break
+                    for c in done:
+                        in_flight.pop(c.env_index, None)
                     self._push_threadsafe(done)
         finally:
             if runner is not None:
                 runner.close()
             _resolve_threadsafe(loop, exited, None)
 
+    # -- commands -------------------------------------------------------------------------
+
     def submit(self, command: Command) -> None:
-        in_flight, kind, worker_of = self._in_flight, command.kind, self._worker_of
-        for i in command.env_indices:
-            in_flight[i] = kind
+        kind, worker_of = command.kind, self._worker_of
         if len(self._workers) == len(worker_of):  # one env per worker: no splitting needed
             whole = len(command.env_indices) == 1
             for i in command.env_indices:
                 worker = worker_of[i]
-                if worker.abandoned:
-                    self._answer_dead(worker, command.subset([i]))
-                else:
+                if worker.alive:
+                    worker.in_flight[i] = kind
                     worker.inbox.put(command if whole else command.subset([i]))
+                else:
+                    self._answer_dead(worker, kind, [i])
             return
-        by_worker: dict[int, list[int]] = {}
-        for i in command.env_indices:
-            by_worker.setdefault(worker_of[i].index, []).append(i)
-        for index, env_indices in by_worker.items():
-            worker = self._workers[index]
-            if worker.abandoned:
-                self._answer_dead(worker, command.subset(env_indices))
-            else:
-                worker.inbox.put(command.subset(env_indices))
+        for worker, part in self._split(command):
+            in_flight = worker.in_flight
+            for i in part.env_indices:
+                in_flight[i] = kind
+            worker.inbox.put(part)
 
-    def _answer_dead(self, worker: _Worker, command: Command) -> None:
-        """A command for the envs of an abandoned thread: answered with a crash, soon."""
-        error = _abandoned_error(worker)
-        lost = [Completion(i, command.kind, error=error) for i in command.env_indices]
-        assert self._loop is not None
-        self._loop.call_soon(self._push, lost)
+    # -- restarts and closing ---------------------------------------------------------------
 
-    def _push(self, completions: Sequence[Completion]) -> None:
-        in_flight = self._in_flight
-        for c in completions:
-            in_flight.pop(c.env_index, None)
-        super()._push(completions)
+    def _describe(self, worker: _Worker, why: str) -> str:
+        return f"thread {worker.index} hosting envs {worker.env_indices} {why}"
 
-    # -- restarts ----------------------------------------------------------------------
-
-    def worker_alive(self, env_index: int) -> bool:
-        return not self._worker_of[env_index].abandoned
-
-    def abort(self, env_indices: Sequence[int]) -> None:
-        # A thread cannot be killed: it is abandoned (a daemon, counted in abandoned_threads)
-        # and whatever it finishes later is dropped.
-        for worker in {id(w): w for w in (self._worker_of[i] for i in env_indices)}.values():
-            with worker.lock:
-                if worker.abandoned:
-                    continue
-                worker.abandoned = True
-            self._abandoned.append(worker)
-            worker.inbox.put(_STOP)
-            self._flush_incoming()  # what it answered before being abandoned is delivered
-            error = _abandoned_error(worker)
-            lost = [
-                Completion(i, self._in_flight[i], error=error)
-                for i in worker.env_indices
-                if i in self._in_flight
-            ]
-            if lost:
-                self._push(lost)
-
-    async def respawn(self, env_indices: Sequence[int]) -> list[int]:
-        dead = {id(w): w for w in (self._worker_of[i] for i in env_indices) if w.abandoned}
-        rebuilt: list[int] = []
-        for old in dead.values():
-            worker = _Worker(old.index, old.env_indices)
-            (runner,) = await self._await_built([(worker.env_indices, self._launch(worker))])
-            assert self.buffers is not None
-            runner.attach({i: self.buffers.rows(i) for i in worker.env_indices})
-            worker.runner = runner
-            self._workers[self._workers.index(old)] = worker
-            for i in worker.env_indices:
-                self._worker_of[i] = worker
-            rebuilt.extend(worker.env_indices)
-        return rebuilt
+    def _stop(self, worker: _Worker, why: str) -> None:
+        with worker.lock:
+            if not worker.alive:
+                return
+            worker.alive = False
+        self._abandoned.append(worker)
+        worker.inbox.put(_STOP)
+        self._flush_incoming()  # what it answered before being abandoned is delivered
+        self._crash_in_flight(worker, why)
 
     async def aclose(self) -> None:
         for worker in self._workers:
@@ -283,12 +230,6 @@ class ThreadExecutor(Executor):
 
     def counters(self) -> dict[str, int]:
         return {"abandoned_threads": self.abandoned_threads}
-
-
-def _abandoned_error(worker: _Worker) -> RemoteError:
-    return RemoteError.worker_died(
-        f"thread {worker.index} hosting envs {worker.env_indices} was abandoned: a command outlived its timeout"
-    )
 
 
 def _resolve_threadsafe(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], outcome: Any) -> None:

@@ -1,24 +1,25 @@
-"""What the process and Ray executors share: envs hosted in groups by workers that die whole.
+"""What the thread, process and Ray executors share: envs hosted in groups by workers.
 
 Each worker hosts a contiguous group of envs (``split_envs``) and lives and dies as a
-unit. This base keeps which worker hosts which env, answers every command in flight on
-a worker that died with a crash, splits a command per worker, and replaces dead workers
-when the pool restarts their envs, checking that the rebuilt envs keep their layout.
-How a worker is started, watched and stopped is the subclass's.
+unit. This base starts the pool's workers, keeps which worker hosts which env, tracks
+the commands in flight on each worker, answers those of a worker that died with a
+crash, splits a command per worker, and replaces dead workers when the pool restarts
+their envs, checking that the rebuilt envs keep their layout. How a worker is started,
+watched and stopped is the subclass's.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-import cloudpickle
-
+from aenvs._buffers import Buffers
 from aenvs._commands import Command, CommandKind, Completion, RemoteError
 from aenvs._env import EnvFn
 from aenvs._specs import EnvSpec
-from aenvs.executors._base import Executor
+from aenvs.executors._base import Executor, check_worker_options, split_envs
+from aenvs.executors._pickling import cloudpickle_dumps
 
 __all__ = ["Worker", "WorkerGroupExecutor"]
 
@@ -29,30 +30,61 @@ class Worker(Protocol):
     index: int
     env_indices: list[int]
     alive: bool
-    in_flight: dict[int, CommandKind]
+    in_flight: dict[int, CommandKind]  # env -> the command sent to it and not answered yet
 
 
 W = TypeVar("W", bound=Worker)
 
 
 class WorkerGroupExecutor(Executor, Generic[W]):
-    """An executor whose envs live in workers, several per worker.
+    """An executor whose envs live in workers, one or several per worker.
 
-    Subclasses start workers (``_start_workers``), describe and stop them (``_describe``,
-    ``_stop``), make a dead worker's successor (``_successor``) and may act once
-    successors have built their envs (``_restarted``).
+    Subclasses make a worker (``_new_worker``), start workers (``_start_workers``), describe
+    and stop them (``_describe``, ``_stop``), and hand built workers the pool's buffers
+    (``_serve``); they may connect first (``_prepare``), pick their default worker count
+    (``_default_workers``), allocate the buffers (``_allocate``), release a dead worker's
+    leftovers (``_successor``) and clean up a start that failed (``_give_up``).
+
+    Example:
+        >>> from aenvs.executors import ProcessExecutor, RayExecutor, ThreadExecutor
+        >>> all(issubclass(e, WorkerGroupExecutor) for e in (ThreadExecutor, ProcessExecutor, RayExecutor))
+        True
     """
 
-    def __init__(self) -> None:
+    #: how a dead worker is described when a command is sent to it (see ``_describe``)
+    _death: ClassVar[str] = "died"
+    #: why :meth:`abort` stopped a worker, as its commands in flight are answered
+    _abort_reason: ClassVar[str] = "was killed: a command it ran outlived its timeout"
+
+    def __init__(
+        self,
+        num_workers: int | None,
+        envs_per_worker: int | None,
+        startup_timeout: float | None,
+        close_timeout: float,
+    ) -> None:
         super().__init__()
+        check_worker_options(num_workers, envs_per_worker)
+        self.num_workers = num_workers
+        self.envs_per_worker = envs_per_worker
+        self.startup_timeout = startup_timeout
+        self.close_timeout = close_timeout
         self._workers: list[W] = []
         self._worker_of: list[W] = []  # by env index
         self._specs: list[EnvSpec] = []
-        self._recipe: tuple[Sequence[EnvFn], Sequence[int | None], Mapping[int, Any]] = ((), (), {})
+        self._recipe: tuple[Sequence[EnvFn], Sequence[int | None], Mapping[int, Mapping[str, Any]]] = (
+            (),
+            (),
+            {},
+        )
         self._pickled: dict[int, bytes] = {}  # by worker index: recipes pickled for a first start
         self._closing = False
 
     # -- hooks --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _new_worker(self, index: int, env_indices: list[int]) -> W:
+        """A new, unstarted worker ``index`` for envs ``env_indices``."""
 
     @abc.abstractmethod
     async def _start_workers(self, workers: list[W]) -> dict[int, EnvSpec]:
@@ -66,21 +98,64 @@ class WorkerGroupExecutor(Executor, Generic[W]):
     def _stop(self, worker: W, why: str) -> None:
         """Kill ``worker`` now and answer its commands in flight with a crash."""
 
-    @abc.abstractmethod
+    async def _prepare(self) -> None:
+        """Get ready to start workers (connect to a cluster, ...), at the start of :meth:`start`."""
+
+    def _default_workers(self, num_envs: int) -> int:
+        """How many workers when neither ``num_workers`` nor ``envs_per_worker`` is given."""
+        return num_envs
+
+    def _allocate(self, specs: list[EnvSpec]) -> Buffers:
+        """The pool's buffers for envs of ``specs``, once every worker has built its envs."""
+        return Buffers.allocate(specs)
+
+    def _serve(self, workers: list[W]) -> None:
+        """``workers`` built their envs and ``self.buffers`` is there: they may start serving."""
+
     def _successor(self, dead: W) -> W:
         """A new, unstarted worker for the envs of ``dead`` (releasing what ``dead`` held)."""
+        return self._new_worker(dead.index, dead.env_indices)
 
-    def _restarted(self, workers: list[W]) -> None:
-        """Successors built their envs; the pool is about to reset them."""
+    async def _give_up(self) -> None:
+        """Stop everything after :meth:`start` failed."""
+        self.kill()
 
-    # -- shared -------------------------------------------------------------------------
+    # -- start --------------------------------------------------------------------------
+
+    async def start(
+        self,
+        env_fns: Sequence[EnvFn],
+        *,
+        seeds: Sequence[int | None],
+        make_kwargs: Mapping[int, Mapping[str, Any]] | None = None,
+    ) -> list[EnvSpec]:
+        self._bind_loop()
+        num_envs = len(env_fns)
+        self._recipe = (env_fns, seeds, make_kwargs or {})
+        try:
+            await self._prepare()
+            default = self._default_workers(num_envs)
+            groups = split_envs(num_envs, self.envs_per_worker, self.num_workers, default)
+            self._place([self._new_worker(k, ids) for k, ids in enumerate(groups)])
+            specs_by_env = await self._start_workers(self._workers)
+            self._specs = specs = [specs_by_env[i] for i in range(num_envs)]
+            self.buffers = self._allocate(specs)
+            self._serve(self._workers)
+            return specs
+        except BaseException:
+            await self._give_up()
+            raise
 
     def _place(self, workers: list[W]) -> None:
-        """Host the envs on ``workers`` (not started yet), after pickling each worker's recipe:
-        an env that cannot be pickled fails here, before any worker starts."""
-        self._pickled = {w.index: self._pickle_recipe(w.env_indices) for w in workers}
+        """Host the envs on ``workers`` (not started yet). An executor that pickles factories
+        pickles each worker's recipe first: an env that cannot be pickled fails here, before
+        any worker starts."""
+        if self.capabilities.pickles_factories:
+            self._pickled = {w.index: self._pickle_recipe(w.env_indices) for w in workers}
         self._workers = workers
         self._worker_of = [w for w in workers for _ in w.env_indices]
+
+    # -- recipes ------------------------------------------------------------------------
 
     def _recipe_of(self, worker: W) -> bytes:
         """The factories, seeds and make kwargs of ``worker``'s envs, pickled for it."""
@@ -97,17 +172,17 @@ class WorkerGroupExecutor(Executor, Generic[W]):
             {i: make_kwargs.get(i) for i in ids},
         )
         try:
-            return cloudpickle.dumps(recipe)
+            return cloudpickle_dumps(recipe)
         except Exception as exc:
             for i in ids:
-                parts = [(f"factory {_short_repr(env_fns[i])}", env_fns[i])]
+                parts: list[tuple[str, object]] = [(f"factory {_short_repr(env_fns[i])}", env_fns[i])]
                 parts += [
                     (f"make_kwargs entry {k!r} ({_short_repr(v)})", v)
                     for k, v in (make_kwargs.get(i) or {}).items()
                 ]
                 for what, value in parts:
                     try:
-                        cloudpickle.dumps(value)
+                        cloudpickle_dumps(value)
                     except Exception as reason:
                         raise self._unpicklable(i, what, reason) from reason
             raise self._unpicklable(ids[0], f"recipe of envs {list(ids)}", exc) from exc
@@ -120,13 +195,15 @@ class WorkerGroupExecutor(Executor, Generic[W]):
             f"sockets, open files, clients) inside the factory rather than capturing it"
         )
 
+    # -- commands -----------------------------------------------------------------------
+
     def _workers_of(self, env_indices: Sequence[int]) -> list[W]:
         return list({id(w): w for w in (self._worker_of[i] for i in env_indices)}.values())
 
     def _split(self, command: Command) -> list[tuple[W, Command]]:
         """``command`` per live worker hosting some of its envs (the command itself when one
         worker hosts them all); envs on a dead worker are answered with a crash at the loop's
-        next turn (never inside ``submit``: the pool records the send first)."""
+        next turn (:meth:`_answer_dead`)."""
         by_worker: dict[int, list[int]] = {}
         worker_of = self._worker_of
         for i in command.env_indices:
@@ -137,11 +214,16 @@ class WorkerGroupExecutor(Executor, Generic[W]):
             worker = self._workers[index]
             if worker.alive:
                 parts.append((worker, command if whole else command.subset(env_indices)))
-                continue
-            error = RemoteError.worker_died(self._describe(worker, "died"))
-            assert self._loop is not None
-            self._loop.call_soon(self._push, [Completion(i, command.kind, error=error) for i in env_indices])
+            else:
+                self._answer_dead(worker, command.kind, env_indices)
         return parts
+
+    def _answer_dead(self, worker: W, kind: CommandKind, env_indices: list[int]) -> None:
+        """Answer a command for envs of the dead ``worker`` with a crash, at the loop's next
+        turn (never inside ``submit``: the pool records the send first)."""
+        error = RemoteError.worker_died(self._describe(worker, self._death))
+        assert self._loop is not None
+        self._loop.call_soon(self._push, [Completion(i, kind, error=error) for i in env_indices])
 
     def _crash_in_flight(self, worker: W, why: str) -> None:
         """Answer every command in flight on ``worker`` (which died: ``why``) with a crash."""
@@ -161,7 +243,7 @@ class WorkerGroupExecutor(Executor, Generic[W]):
     def abort(self, env_indices: Sequence[int]) -> None:
         for worker in self._workers_of(env_indices):
             if worker.alive:
-                self._stop(worker, "was killed: a command it ran outlived its timeout")
+                self._stop(worker, self._abort_reason)
 
     async def respawn(self, env_indices: Sequence[int]) -> list[int]:
         fresh: list[W] = []
@@ -185,10 +267,10 @@ class WorkerGroupExecutor(Executor, Generic[W]):
                 for worker in fresh:
                     self._stop(worker, "was rebuilt with a different layout")
                 raise ValueError(f"env {i} was rebuilt with a different layout: {difference}")
-        self._restarted(fresh)
+        self._serve(fresh)
         return [i for w in fresh for i in w.env_indices]
 
 
-def _short_repr(value: Any, limit: int = 200) -> str:
+def _short_repr(value: object, limit: int = 200) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -4,7 +4,7 @@ The suite lives beside the package, in a checkout of the repository: the benchma
 the scripts in ``benchmarks/`` (``python benchmarks/latency.py`` runs one alone) and this
 folder is what runs them together. Neither ships in the wheel. ``aenvs bench`` (or
 ``make bench``, or ``python -m benchmarks``) run from a checkout finds this folder and
-calls :func:`command`. ``SUITE`` lists the benchmarks; the suite runs each in a fresh
+calls :func:`main`, which owns the command's options. ``SUITE`` lists the benchmarks; the suite runs each in a fresh
 interpreter (peers such as TorchRL or Ray change process-wide state: the start method,
 environment variables, a Ray session), shows a progress bar with each one's latest output
 line, and writes ``report.md``, ``results.json``, one log per benchmark and the PNG plots
@@ -41,7 +41,7 @@ from pathlib import Path
 
 from .suite import SUITE, Benchmark, BenchmarkRun, Plot, run_suite
 
-__all__ = ["SUITE", "Benchmark", "BenchmarkRun", "Plot", "command", "run_suite"]
+__all__ = ["SUITE", "Benchmark", "BenchmarkRun", "Plot", "build_parser", "command", "main", "run_suite"]
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout this suite belongs to
 
@@ -52,8 +52,50 @@ def _default_out(quick: bool) -> Path:
     return Path("aenvs-bench") if quick else ROOT / "docs" / "bench"
 
 
+DESCRIPTION = (
+    "Run the benchmarks (latency, throughput, sync overhead, remote where Ray is installed), "
+    "each in a fresh interpreter, against whichever peers are installed (gymnasium, TorchRL, "
+    "EnvPool: `pip install -e '.[bench]'`), and write report.md, results.json, each benchmark's "
+    "output and PNG plots into one folder. About 8 minutes on 2 cores; --quick, about 2. "
+    "The suite lives in a checkout of the aenvs repository (benchmarks/), not in the package: "
+    "run this from a checkout."
+)
+
+
+def build_parser(prog: str = "python -m benchmarks") -> argparse.ArgumentParser:
+    """The suite's command line (``aenvs bench`` hands its arguments to :func:`main`)."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=DESCRIPTION,
+        epilog=f"example: {prog} --quick --only latency,sync_overhead --out /tmp/bench",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="folder for the report (default: the checkout's docs/bench; ./aenvs-bench for --quick)",
+    )
+    parser.add_argument("--only", default=None, help="comma-separated benchmarks to run (default: all)")
+    parser.add_argument(
+        "--quick", action="store_true", help="short measurements: checks the suite, not for quoting"
+    )
+    parser.add_argument("--list", action="store_true", help="list the suite's benchmarks and exit")
+    parser.add_argument(
+        "--replot",
+        action="store_true",
+        help="measure nothing: rewrite report and plots from OUT/results.json",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> int:
+    """Parse ``argv`` (default: the command line) and run :func:`command`; the exit code."""
+    return command(build_parser(prog).parse_args(argv))
+
+
 def command(args: argparse.Namespace) -> int:
-    """``aenvs bench`` with its parsed arguments (``aenvs.cli`` defines them); the exit code."""
+    """The suite run as :func:`build_parser`'s parsed arguments say; the exit code."""
     from .report import load_results, make_header, status, write_report
 
     names = [b.name for b in SUITE]

@@ -7,8 +7,7 @@
   sections are read as griffe's ``Examples:`` (so their ``>>>`` lines render as code).
   And every public name (the ``__all__`` of the modules in ``PUBLIC_MODULES``) and every
   public method of a public class (inherited ones included: the reference renders them)
-  must have a docstring, its own or the one it overrides; ``KNOWN_MISSING`` lists the
-  exceptions still to fix. (Properties are not checked.)
+  must have a docstring, its own or the one it overrides. (Properties are not checked.)
 - As a mkdocs hook (``hooks``): every public name must be rendered by some ``:::`` block
   of the reference pages, and no page but the architecture page's module list names an
   implementation module (``aenvs._pool``, ``aenvs/executors/_process.py``): they move.
@@ -32,60 +31,6 @@ log = logging.getLogger("mkdocs.plugins.aenvs_api")
 # The modules whose __all__ is the public API (aenvs.cli is the console script: its
 # commands are documented as a guide page, not as an API).
 PUBLIC_MODULES = ("aenvs", "aenvs.executors", "aenvs.gymnasium", "aenvs.torchrl", "aenvs.testing")
-
-# Public methods without a docstring of their own or of a method they override, as of the
-# commit that added this check (one public path per method: an inherited method is listed
-# under the first class that shows it). Remove a line once its docstring is written; the
-# build says which lines are no longer needed.
-KNOWN_MISSING = frozenset(
-    {
-        "aenvs.Env.reset",
-        "aenvs.Env.step",
-        "aenvs.EnvSpec.from_spaces",
-        "aenvs.ParallelEnv.async_step_and_maybe_reset_recv",
-        "aenvs.ParallelEnv.async_step_and_maybe_reset_send",
-        "aenvs.ParallelEnv.stats",
-        "aenvs.torchrl.AenvsWrapper.close",
-        "aenvs.torchrl.TorchRLAdapter.close",
-        "aenvs.torchrl.TorchRLAdapter.get_attr",
-        "aenvs.torchrl.TorchRLAdapter.outcome",
-        "aenvs.torchrl.TorchRLAdapter.reset",
-        "aenvs.torchrl.TorchRLAdapter.seed",
-        "aenvs.torchrl.TorchRLAdapter.set_attr",
-        "aenvs.torchrl.TorchRLAdapter.step",
-        "aenvs.testing.AsyncEchoEnv.reset",
-        "aenvs.testing.AsyncEchoEnv.step",
-        "aenvs.testing.AsyncFaultyEnv.reset",
-        "aenvs.testing.AsyncFaultyEnv.step",
-        "aenvs.testing.EchoEnv.reset",
-        "aenvs.testing.EchoEnv.step",
-        "aenvs.testing.Fault.due",
-        "aenvs.testing.FaultyEnv.reset",
-        "aenvs.testing.FaultyEnv.step",
-    }
-)
-
-# Docstring parameters that griffe cannot match with the signature (two parameters
-# described in one entry, "a / b: ..."), as of the same commit: griffe's warnings about
-# them are left out. Remove a line once that docstring gives each parameter its own entry.
-KNOWN_PARAMETER_ISSUES = frozenset(
-    {
-        "envs_per_worker / num_workers",
-        "executor / autoreset_mode",
-        "step_timeout / reset_timeout",
-    }
-)
-
-
-class _KnownParameterIssues(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return not any(f"'{name}'" in message for name in KNOWN_PARAMETER_ISSUES)
-
-
-_griffe_log = logging.getLogger("mkdocs.plugins.griffe")  # where mkdocstrings sends griffe's warnings
-if not any(isinstance(f, _KnownParameterIssues) for f in _griffe_log.filters):
-    _griffe_log.addFilter(_KnownParameterIssues())
 
 EXAMPLE = re.compile(r"^Example:[ \t]*$", re.MULTILINE)  # griffe reads only "Examples:" as a section
 ROLE = re.compile(r":(?:py:)?(class|func|meth|mod|data|attr|exc|obj|const):`(~?)([^`<]*?)(?:\s*<([^`>]+)>)?`")
@@ -137,24 +82,19 @@ def public_api(package: griffe.Module) -> dict[str, tuple[griffe.Object, griffe.
 
 def check_docstrings(api: dict[str, tuple[griffe.Object, griffe.Class | None]]) -> None:
     """A warning for each public object without a docstring (once per object, whichever
-    public paths show it) that ``KNOWN_MISSING`` does not list."""
+    public paths show it)."""
     paths: dict[str, list[str]] = {}
     for path, (obj, _) in api.items():
         paths.setdefault(obj.path, []).append(path)
-    missing: set[str] = set()
     for public_paths in paths.values():
         obj, owner = api[public_paths[0]]
         name = public_paths[0].rsplit(".", 1)[1]
         if obj.docstring or (owner is not None and _inherited_docstring(owner, name)):
             continue
-        missing.update(public_paths)
-        if not KNOWN_MISSING.intersection(public_paths):
-            also = f" (also {', '.join(public_paths[1:])})" if public_paths[1:] else ""
-            log.warning(
-                f"{public_paths[0]}{also} has no docstring (defined at {obj.relative_filepath}:{obj.lineno})"
-            )
-    for path in sorted(KNOWN_MISSING - missing):
-        log.info(f"{path} has a docstring now: remove it from KNOWN_MISSING in {__file__}")
+        also = f" (also {', '.join(public_paths[1:])})" if public_paths[1:] else ""
+        log.warning(
+            f"{public_paths[0]}{also} has no docstring (defined at {obj.relative_filepath}:{obj.lineno})"
+        )
 
 
 # -- Sphinx roles -> cross-references ----------------------------------------------------------

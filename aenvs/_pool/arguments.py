@@ -1,0 +1,144 @@
+"""The pool's construction arguments, read and checked."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from aenvs._env import EnvFn
+from aenvs._specs import EnvSpec
+from aenvs.executors import Executor, make_executor
+
+__all__ = [
+    "StackMode",
+    "check_choices",
+    "check_not_negative",
+    "env_fns_list",
+    "is_dense",
+    "make_kwargs_by_env",
+]
+
+StackMode = Literal["dense", "lazy", "auto"]
+
+
+def env_fns_list(env_fns: EnvFn | Sequence[EnvFn], num_envs: int | None) -> list[EnvFn]:
+    """One factory per env: ``env_fns`` itself, or ``num_envs`` times a single factory (or id).
+
+    Example:
+        >>> env_fns_list("CartPole-v1", 2)
+        ['CartPole-v1', 'CartPole-v1']
+        >>> env_fns_list(["CartPole-v1"], 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: num_envs=2 but 1 env_fns were given
+    """
+    if isinstance(env_fns, str) or callable(env_fns):
+        if num_envs is None:
+            num_envs = 1
+        fns: list[EnvFn] = [env_fns] * num_envs
+    else:
+        fns = list(env_fns)
+        if num_envs is not None and num_envs != len(fns):
+            raise ValueError(f"num_envs={num_envs} but {len(fns)} env_fns were given")
+    if not fns:
+        raise ValueError("a pool needs at least one env")
+    return fns
+
+
+def check_choices(stack: str, on_error: str) -> None:
+    """Refuse a ``stack`` or an ``on_error`` the pool does not know.
+
+    Example:
+        >>> check_choices("dense", "retry")
+        Traceback (most recent call last):
+        ...
+        ValueError: on_error must be 'raise' or 'restart', got 'retry'
+    """
+    if stack not in ("dense", "lazy", "auto"):
+        raise ValueError(f"stack must be 'dense', 'lazy' or 'auto', got {stack!r}")
+    if on_error not in ("raise", "restart"):
+        raise ValueError(f"on_error must be 'raise' or 'restart', got {on_error!r}")
+
+
+def check_not_negative(**values: float | None) -> None:
+    """Refuse a negative count or duration (None stands for none given).
+
+    Example:
+        >>> check_not_negative(max_restarts=3, step_timeout=None, close_timeout=-1.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: close_timeout must be >= 0, got -1.0
+    """
+    for name, value in values.items():
+        if value is not None and value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def executor_for(
+    executor: str | Executor,
+    *,
+    envs_per_worker: int | None,
+    num_workers: int | None,
+    startup_timeout: float | None,
+    close_timeout: float | None,
+    step_timeout: float | None,
+    reset_timeout: float | None,
+) -> Executor:
+    """The executor ``executor`` names (or is), with the pool's timeouts; refuses command
+    timeouts on an executor that cannot stop a command in flight.
+
+    Example:
+        >>> executor_for("inline", envs_per_worker=None, num_workers=None, startup_timeout=5.0,
+        ...     close_timeout=None, step_timeout=None, reset_timeout=None).startup_timeout
+        5.0
+    """
+    built = make_executor(executor, envs_per_worker=envs_per_worker, num_workers=num_workers)
+    if startup_timeout is not None:
+        built.startup_timeout = startup_timeout
+    if close_timeout is not None:
+        built.close_timeout = close_timeout
+    capabilities = built.capabilities
+    if (step_timeout is not None or reset_timeout is not None) and not capabilities.abort:
+        raise ValueError(
+            f"step_timeout / reset_timeout need an executor that can stop a command in flight; "
+            f"the {built.name} executor cannot (its capabilities: {capabilities})"
+        )
+    return built
+
+
+def make_kwargs_by_env(
+    make_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None, num_envs: int
+) -> dict[int, Mapping[str, Any]]:
+    """Env index -> keyword arguments for ``gymnasium.make``: one dict for all, or one per env.
+
+    Example:
+        >>> make_kwargs_by_env({"max_episode_steps": 5}, 2)
+        {0: {'max_episode_steps': 5}, 1: {'max_episode_steps': 5}}
+    """
+    if make_kwargs is None or isinstance(make_kwargs, Mapping):
+        return {i: make_kwargs or {} for i in range(num_envs)}
+    if len(make_kwargs) != num_envs:
+        raise ValueError(f"make_kwargs has {len(make_kwargs)} entries for {num_envs} envs")
+    return dict(enumerate(make_kwargs))
+
+
+def is_dense(stack: StackMode, specs: Sequence[EnvSpec]) -> bool:
+    """Whether batches of envs with ``specs`` are dense: ``stack="auto"`` when they all share
+    keys and shapes; ``"dense"`` refuses envs that do not (ValueError).
+
+    Example:
+        >>> is_dense("lazy", [])
+        False
+    """
+    if stack == "lazy":
+        return False
+    for i, spec in enumerate(specs[1:], start=1):
+        difference = specs[0].layout_difference(spec)
+        if difference is not None:
+            if stack == "dense":
+                raise ValueError(
+                    f"stack='dense' needs every env to share keys and shapes, but env {i} differs "
+                    f"from env 0: {difference}; use stack='lazy' or 'auto'"
+                )
+            return False
+    return True

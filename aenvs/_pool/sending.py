@@ -1,0 +1,185 @@
+"""Sending: env indices read and checked, actions and resets dispatched, timeouts armed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
+
+import torch
+from tensordict import TensorDictBase
+
+from aenvs._batching import Batcher, shallow_copy
+from aenvs._commands import Command, CommandKind
+from aenvs._env import EnvState
+from aenvs._indices import read_env_index
+from aenvs._pool.failures import Failures
+from aenvs._pool.restarts import RestartSupervisor
+from aenvs._pool.slots import SlotTable
+from aenvs._seeding import seed_chain
+from aenvs._specs import EnvSpec
+from aenvs._tensors import td_get
+from aenvs.executors import Executor
+
+__all__ = ["TD_ENV_INDEX", "EnvIndex", "Seed", "Sender"]
+
+EnvIndex = int | Sequence[int] | torch.Tensor
+Seed = int | Sequence[int | None] | None
+TD_ENV_INDEX = "the input's 'env_index' entry"
+
+
+class Sender:
+    """Reads the envs a command goes to, checks they are free, and dispatches it.
+
+    Args:
+        executor: runs the commands.
+        slots: the pool's slot table (which envs are busy; what was sent when).
+        failures: the timeouts per command kind (a timer per command that has one).
+        restarts: the envs past their restart budget (sends to them fail at once).
+        first_seeds: per env, the seed of its first reset (None once reset).
+        ready: checks the pool can send now (open, on its loop) and returns its batcher.
+        drain: records what arrived (before a timeout stops what did not).
+        closed: whether the pool is closed.
+
+    Example:
+        >>> from aenvs.executors import make_executor
+        >>> executor, slots = make_executor("inline"), SlotTable(3)
+        >>> async def rebuild(indices: list[int]) -> None: ...
+        >>> restarts = RestartSupervisor(executor, num_envs=3, max_restarts=0, backoff=0.0,
+        ...     is_free=slots.is_free, rebuild_in_place=rebuild, rebuilt=print, broke=print)
+        >>> failures = Failures(executor, num_envs=3, step_timeout=None, reset_timeout=None)
+        >>> sender = Sender(executor, slots, failures, restarts, [None] * 3,
+        ...     ready=lambda: None, drain=lambda: None, closed=lambda: False)
+        >>> sender.indices(torch.tensor([2, 0])), sender.targets(None, None)
+        ([2, 0], [0, 1, 2])
+    """
+
+    def __init__(
+        self,
+        executor: Executor,
+        slots: SlotTable,
+        failures: Failures,
+        restarts: RestartSupervisor,
+        first_seeds: list[int | None],
+        *,
+        ready: Callable[[], Batcher],
+        drain: Callable[[], None],
+        closed: Callable[[], bool],
+    ) -> None:
+        self.num_envs = len(first_seeds)
+        self.all_envs = list(range(self.num_envs))
+        self.first_seeds = first_seeds
+        self.specs: list[EnvSpec] = []
+        self._executor = executor
+        self._slots = slots
+        self._failures = failures
+        self._restarts = restarts
+        self._ready = ready
+        self._drain = drain
+        self._closed = closed
+
+    def indices(self, env_index: EnvIndex | None, name: str = "env_index") -> list[int] | None:
+        """The envs ``env_index`` names, checked (None: it names none)."""
+        if env_index is None:
+            return None
+        num_envs = self.num_envs
+        indices = read_env_index(env_index, num_envs, name)
+        if indices == self.all_envs:
+            return self.all_envs  # shared, never mutated
+        if not indices:
+            raise ValueError(f"{name} is empty: it names no env (a call needs at least one)")
+        if min(indices) < 0 or max(indices) >= num_envs:
+            bad = next(i for i in indices if not 0 <= i < num_envs)
+            raise IndexError(f"{name}: env index {bad} is out of range for a pool of {num_envs} envs")
+        if len(set(indices)) != len(indices):
+            seen: set[int] = set()
+            bad = next(i for i in indices if i in seen or seen.add(i))
+            raise ValueError(f"{name}: env index {bad} appears more than once")
+        return indices
+
+    def targets(self, td: TensorDictBase | None, env_index: EnvIndex | None) -> list[int]:
+        """The envs a command goes to (``env_index``, ``td["env_index"]`` or all), each free."""
+        indices = self.indices(env_index)
+        if indices is None and td is not None:
+            indices = self.indices(td_get(td, "env_index"), TD_ENV_INDEX)
+        if indices is None:
+            if td is not None and td.batch_size[:1] != torch.Size([self.num_envs]):
+                raise ValueError(
+                    f"the input has batch size {tuple(td.batch_size)} and no 'env_index' entry; "
+                    f"pass env_index= or a batch of {self.num_envs}"
+                )
+            indices = self.all_envs
+        if td is not None and tuple(td.batch_size[:1]) != (len(indices),):
+            raise ValueError(
+                f"the input has batch size {tuple(td.batch_size)} for {len(indices)} env indices"
+            )
+        self._slots.check_free(indices)
+        if self._restarts.broken:
+            self._restarts.check_not_broken(indices, self._executor.name)
+        return indices
+
+    def dispatch(self, command: Command) -> None:
+        """Send ``command``, and arm its timeout if its kind has one."""
+        now = time.perf_counter()
+        kind, indices = command.kind, command.env_indices
+        self._slots.sent(kind, indices, now)
+        limit = self._failures.limit(kind)
+        if limit is not None:
+            asyncio.get_running_loop().call_later(limit, self._expire, indices, now, limit)
+        self._executor.submit(command)
+
+    def _expire(self, indices: list[int], sent_at: float, limit: float) -> None:
+        """A timeout fired: stop the workers of the envs still running that command."""
+        if self._closed():
+            return
+        self._drain()  # what already arrived is not late
+        stuck = self._slots.stuck(indices, sent_at)
+        if stuck:
+            self._failures.expired(stuck, limit)
+            # the executor answers every command of the stopped workers with a crash; the
+            # slot table records the stuck envs' ones as EnvTimeoutError (Failures.on_failure)
+            self._executor.abort(stuck)
+
+    def send_actions(self, kind: CommandKind, td: TensorDictBase, env_index: EnvIndex | None) -> list[int]:
+        """Dispatch a step (or step-and-reset) with the actions of ``td``; the envs it went to."""
+        batcher = self._ready()
+        given = cast(object, td)
+        if not isinstance(given, TensorDictBase):
+            raise TypeError(f"expected a TensorDict of actions, got {type(given).__name__}")
+        indices = self.targets(td, env_index)
+        batcher.check_actions(td, indices)
+        batcher.write_actions(td, indices)
+        # later key changes by the caller do not reach the results
+        self._slots.keep_inputs(shallow_copy(td), indices)
+        self.dispatch(Command(kind, indices))
+        return indices
+
+    def send_reset(
+        self,
+        td: TensorDictBase | None,
+        env_index: EnvIndex | None,
+        seed: Seed,
+        options: Mapping[str, Any] | None,
+    ) -> list[int]:
+        """Dispatch a reset (``seed``: an int starts a seed chain, a sequence is one per env)."""
+        self._ready()
+        indices = self.targets(td, env_index)
+        if seed is None:
+            seeds = [self.first_seeds[i] for i in indices]
+        elif isinstance(seed, int):
+            seeds = seed_chain(seed, len(indices))[0]
+        else:
+            seeds = list(seed)
+            if len(seeds) != len(indices):
+                raise ValueError(f"{len(seeds)} seeds for {len(indices)} envs")
+        for i in indices:
+            self.first_seeds[i] = None
+        self._slots.mark(indices, EnvState.RESET)
+        seeds_by_env = dict(zip(indices, seeds, strict=True))
+        self.dispatch(
+            Command(
+                CommandKind.RESET, indices, seeds=seeds_by_env, options=dict(options) if options else None
+            )
+        )
+        return indices
