@@ -22,7 +22,8 @@ from tensordict import LazyStackedTensorDict, NonTensorData, TensorDict, TensorD
 
 from aenvs._buffers import Buffers
 from aenvs._commands import Completion
-from aenvs._specs import EnvSpec, Key, Leaf
+from aenvs._object_actions import ObjectActions
+from aenvs._specs import OBJECT, EnvSpec, Key, Leaf
 from aenvs._tensors import (
     flat_entries,
     from_numpy,
@@ -140,17 +141,24 @@ class Batcher:
             (
                 {k: from_numpy(v) for k, v in g.reset.items()},
                 {k: from_numpy(v) for k, v in g.step.items()},
-                {k: from_numpy(v) for k, v in g.action.items()},
+                # object rows (non-tensor actions) travel with the command instead
+                {k: from_numpy(v) for k, v in g.action.items() if v.dtype != OBJECT},
             )
             for g in buffers.groups
         ]
-        self._action_dtypes = [{leaf.key: torch_dtype(leaf.dtype) for leaf in s.action_leaves} for s in specs]
+        self._tensor_actions = [tuple(leaf for leaf in s.action_leaves if not leaf.is_object) for s in specs]
+        self._action_dtypes = [
+            {leaf.key: torch_dtype(leaf.dtype) for leaf in leaves} for leaves in self._tensor_actions
+        ]
+        self.objects = ObjectActions(specs)
         self._all_rows = list(range(len(specs)))
         self._arange = torch.arange(len(specs))
         # the dense path copies rows in numpy: between the pool's other work a torch op costs
         # several times what numpy's take does (9-13 us against 1.7 us for 50 rows here)
         self._dense_plan = (list(buffers.groups[0].reset.items()), list(buffers.groups[0].step.items()))
-        self._dense_actions = [(k, self._groups[0][2][k], a) for k, a in buffers.groups[0].action.items()]
+        self._dense_actions = [
+            (k, self._groups[0][2][k], a) for k, a in buffers.groups[0].action.items() if a.dtype != OBJECT
+        ]
         self._sent_actions = {key: array for key, _, array in self._dense_actions}  # by key, for receives
 
     # -- actions in ---------------------------------------------------------------
@@ -161,14 +169,14 @@ class Batcher:
             self._check_leaves(
                 td,
                 env_indices[0],
-                self.specs[0].action_leaves,
+                self._tensor_actions[0],
                 self._action_dtypes[0],
                 1,
                 others=len(env_indices) - 1,
             )
             return
         for row, i in enumerate(env_indices):
-            self._check_leaves(td[row], i, self.specs[i].action_leaves, self._action_dtypes[i], 0)
+            self._check_leaves(td[row], i, self._tensor_actions[i], self._action_dtypes[i], 0)
 
     def _check_leaves(
         self,

@@ -84,7 +84,14 @@ class Buffers:
             n = len(members)
 
             def make(leaves: tuple[Leaf, ...], n: int = n) -> dict[Key, np.ndarray]:
-                return {leaf.key: alloc((n, *leaf.shape), leaf.dtype) for leaf in leaves}
+                # Python values (object leaves) cannot live in shared memory: each process
+                # holds its own, and commands carry what the envs need (Command.object_actions)
+                return {
+                    leaf.key: np.full((n, *leaf.shape), None, object)
+                    if leaf.is_object
+                    else alloc((n, *leaf.shape), leaf.dtype)
+                    for leaf in leaves
+                }
 
             for row, index in enumerate(members):
                 location[index] = (len(groups), row)

@@ -16,6 +16,7 @@ from gymnasium import spaces
 from tensordict import TensorDictBase
 
 from aenvs._errors import AenvsError
+from aenvs._object_actions import values_per_row
 from aenvs._specs import EnvSpec, Key, Leaf, Space, observation_root
 from aenvs._tensors import td_get, torch_dtype
 
@@ -104,6 +105,14 @@ def _check_leaf(
     value = td_get(td, key)
     if value is None:
         raise EnvSpecError(f"{who}: the {where} has no {name!r} entry; its specs give {leaf.describe()}")
+    if leaf.is_object:  # non-tensor values (text, token lists...): each in its space
+        rows = int(td.batch_size.numel())
+        for step, item in enumerate(values_per_row(value, rows) if td.batch_dims else [value]):
+            if space is not None and not space.contains(item):
+                raise EnvSpecError(
+                    f"{who}: {name!r} in the {where} at step {step} is not in its space {space}"
+                )
+        return
     if not isinstance(value, torch.Tensor):
         raise EnvSpecError(f"{who}: {name!r} in the {where} is {type(value).__name__}, not a tensor")
     shape = tuple(value.shape[td.batch_dims :])

@@ -47,7 +47,9 @@ class Command:
     """One command for a set of envs; an executor splits it by worker.
 
     ``seeds`` (reset, seed) maps env index to seed; ``name``/``args``/``kwargs``
-    describe call, get_attr and set_attr.
+    describe call, get_attr and set_attr. ``object_actions`` (step) maps env index to its
+    non-tensor action values by key: they travel with the command, as the process
+    executor's shared memory holds only the fixed-shape rows.
     """
 
     kind: CommandKind
@@ -57,10 +59,20 @@ class Command:
     name: str = ""
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] | None = None
+    object_actions: dict[int, dict[tuple[str, ...], Any]] | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # positional and trimmed, as for Completion: most commands are a kind and indices
-        fields = (self.kind, self.env_indices, self.seeds, self.options, self.name, self.args, self.kwargs)
+        fields = (
+            self.kind,
+            self.env_indices,
+            self.seeds,
+            self.options,
+            self.name,
+            self.args,
+            self.kwargs,
+            self.object_actions,
+        )
         end = len(fields)
         while end > 2 and not fields[end - 1]:  # every optional field defaults to an empty value
             end -= 1
@@ -71,9 +83,14 @@ class Command:
         return f"{self.kind.value}:{self.name}" if self.name else self.kind.value
 
     def subset(self, env_indices: list[int]) -> Command:
-        """The same command for ``env_indices`` only (their seeds, the same arguments)."""
+        """The same command for ``env_indices`` only (their seeds and actions, the same arguments)."""
         seeds = {i: self.seeds[i] for i in env_indices} if self.seeds is not None else None
-        return Command(self.kind, env_indices, seeds, self.options, self.name, self.args, self.kwargs)
+        objects = self.object_actions
+        if objects is not None:
+            objects = {i: objects[i] for i in env_indices}
+        return Command(
+            self.kind, env_indices, seeds, self.options, self.name, self.args, self.kwargs, objects
+        )
 
 
 @dataclass(frozen=True, slots=True)

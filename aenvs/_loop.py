@@ -31,6 +31,7 @@ import importlib
 import signal
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Coroutine, Generator
 from types import FrameType
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
@@ -341,6 +342,7 @@ class PortalLoop(LoopDriver):
             anyio.from_thread.start_blocking_portal("asyncio", options, name="aenvs-portal")
         )
         self._portal: anyio.from_thread.BlockingPortal | None = self._cm.__enter__()
+        _OPEN_PORTALS.add(self)
 
     @property
     def closed(self) -> bool:
@@ -368,8 +370,26 @@ class PortalLoop(LoopDriver):
 
     def close(self) -> None:
         cm, self._cm, self._portal = self._cm, None, None
+        _OPEN_PORTALS.discard(self)
         if cm is not None:
             cm.__exit__(None, None, None)
+
+
+# Portals still open when the interpreter exits are closed before it stops its threads: a
+# shim left open (say, held by the traceback of a failing script) is otherwise collected
+# after the portal's thread is gone, and stopping that thread's loop then waits forever.
+_OPEN_PORTALS: weakref.WeakSet[PortalLoop] = weakref.WeakSet()
+
+
+def _close_open_portals() -> None:
+    for driver in list(_OPEN_PORTALS):
+        with contextlib.suppress(Exception):
+            driver.close()
+
+
+# threading's own exit hooks run before it joins threads (atexit's run after): the portal's
+# loop still runs here. concurrent.futures stops its workers the same way.
+threading._register_atexit(_close_open_portals)  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
 
 
 def make_driver(
@@ -397,6 +417,9 @@ def make_driver(
 class Killable(Protocol):
     """What :func:`kill_dropped` needs of a pool."""
 
+    @property
+    def is_closed(self) -> bool: ...
+
     def kill(self) -> None: ...
 
 
@@ -404,9 +427,12 @@ def kill_dropped(owner: object, pool: Killable | None, driver: LoopDriver | None
     """``__del__`` of an owner of a pool and its loop driver, dropped unclosed: kill the
     pool's workers and close the driver, then warn (after: with warnings as errors, a
     warning first would stop the clean-up)."""
-    if driver is None or driver.closed:
+    if driver is None:
         return
-    if pool is not None:
+    pool_open = pool is not None and not pool.is_closed
+    if driver.closed and not pool_open:  # closed by its owner
+        return
+    if pool is not None and pool_open:  # (a driver closed at exit leaves the pool to us)
         pool.kill()
     try:
         driver.close()

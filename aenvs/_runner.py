@@ -155,6 +155,10 @@ class EnvRunner:
             if kind is _STEP or kind is _SMR:
                 rows = slot.rows
                 assert rows is not None
+                objects = command.object_actions
+                if objects is not None:  # non-tensor actions: into this process's object rows
+                    for key, value in objects[i].items():
+                        rows.action[key][rows.row] = value
                 # an Outcome, or what a native env's step returned: a plain dict or an awaitable
                 out: Any = adapter.step(rows.action, rows.row)
                 if type(out) is not Outcome and type(out) is not dict:  # an async env's coroutine

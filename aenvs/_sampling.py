@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -11,13 +12,14 @@ from gymnasium import spaces
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from aenvs._specs import Space
-from aenvs._tensors import torch_dtype
+from aenvs._tensors import non_tensor_stack, torch_dtype
 
 __all__ = ["random_actions"]
 
 
 def _sample(space: Space, n: int, generator: torch.Generator | None) -> Any:
-    """``n`` samples of ``space`` stacked on a first dim: a tensor, or a dict for Dict / Tuple."""
+    """``n`` samples of ``space`` stacked on a first dim: a tensor, a dict for Dict / Tuple,
+    a non-tensor stack for spaces without a fixed shape."""
     if isinstance(space, spaces.Dict):
         return {k: _sample(sub, n, generator) for k, sub in cast("spaces.Dict[Any]", space).spaces.items()}
     if isinstance(space, spaces.Tuple):
@@ -51,7 +53,11 @@ def _sample(space: Space, n: int, generator: torch.Generator | None) -> Any:
         value = torch.where(torch.isfinite(low) & ~bounded, low + normal.abs(), value)
         value = torch.where(torch.isfinite(high) & ~bounded, high - normal.abs(), value)
         return value.to(dtype)
-    raise TypeError(f"cannot sample actions from {space}: only fixed-shape gymnasium spaces are supported")
+    # no fixed shape (Text, Sequence, Graph, OneOf, custom): the space's own sampler, on a
+    # copy seeded from ``generator`` (the env's space keeps its random state)
+    sampler = copy.deepcopy(space)
+    sampler.seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
+    return non_tensor_stack([sampler.sample() for _ in range(n)])
 
 
 def random_actions(

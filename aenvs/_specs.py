@@ -22,6 +22,7 @@ from gymnasium import spaces
 
 __all__ = [
     "DONE_KEYS",
+    "OBJECT",
     "EnvSpec",
     "Leaf",
     "action_leaves",
@@ -40,7 +41,10 @@ REWARD_KEY: Key = ("reward",)
 
 @dataclass(frozen=True, slots=True)
 class Leaf:
-    """One fixed-shape entry of an env's data: key, per-env shape and dtype.
+    """One entry of an env's data with a row per env: key, per-env shape and dtype.
+
+    A leaf of dtype ``object`` (:data:`OBJECT`, shape ``()``) holds one Python value per
+    env: a text or token-list action, or any action whose space has no fixed shape.
 
     Example:
         >>> Leaf(("observation",), (4,), np.dtype("float32")).key
@@ -51,17 +55,31 @@ class Leaf:
     shape: tuple[int, ...]
     dtype: np.dtype
 
+    @property
+    def is_object(self) -> bool:
+        """Whether the leaf holds Python values (non-tensor data) rather than numbers."""
+        return self.dtype == OBJECT
+
     def describe(self) -> str:
+        if self.is_object:
+            return "non-tensor values"
         return f"shape {tuple(self.shape)} and dtype {self.dtype}"
 
 
-def space_leaves(space: Space, path: Key) -> list[Leaf]:
-    """Flatten a gymnasium space into the fixed-shape leaves it stores at ``path``.
+OBJECT = np.dtype(object)
+
+
+def space_leaves(space: Space, path: Key, objects: bool = False) -> list[Leaf]:
+    """Flatten a gymnasium space into the leaves it stores at ``path``: fixed-shape ones,
+    and (``objects``) an object leaf for each part without a fixed shape (``Text``,
+    ``Sequence``, ``Graph``, ``OneOf``, custom spaces), which otherwise gives none.
 
     Example:
         >>> space = spaces.Dict({"pos": spaces.Box(-1, 1, (2,)), "n": spaces.Discrete(3)})
         >>> [leaf.key for leaf in space_leaves(space, ())]
         [('n',), ('pos',)]
+        >>> [leaf.is_object for leaf in space_leaves(spaces.Text(8), ("action",), objects=True)]
+        [True]
     """
     if isinstance(space, spaces.Box):
         return [Leaf(path, tuple(space.shape), np.dtype(cast("spaces.Box[Any]", space).dtype))]
@@ -75,15 +93,17 @@ def space_leaves(space: Space, path: Key) -> list[Leaf]:
         return [
             leaf
             for k, sub in cast("spaces.Dict[Any]", space).spaces.items()
-            for leaf in space_leaves(sub, (*path, k))
+            for leaf in space_leaves(sub, (*path, k), objects)
         ]
     if isinstance(space, spaces.Tuple):
         return [
             leaf
             for i, sub in enumerate(cast("spaces.Tuple[Any]", space).spaces)
-            for leaf in space_leaves(sub, (*path, str(i)))
+            for leaf in space_leaves(sub, (*path, str(i)), objects)
         ]
-    return []  # no fixed shape: carried as non-tensor data
+    # no fixed shape: observations carry it as non-tensor data beside the buffers, actions
+    # in an object leaf (one Python value per env)
+    return [Leaf(path, (), OBJECT)] if objects else []
 
 
 def observation_root(space: Space) -> Key:
@@ -96,7 +116,7 @@ def observation_leaves(space: Space) -> list[Leaf]:
 
 
 def action_leaves(space: Space) -> list[Leaf]:
-    return space_leaves(space, ("action",))
+    return space_leaves(space, ("action",), objects=True)
 
 
 def flatten_value(space: Space, value: Any, path: Key) -> Iterator[tuple[Key, Any]]:
@@ -145,6 +165,8 @@ def action_reader(
         ]
         return lambda row: tuple(read(row) for read in items)
     buf = buffers[path]
+    if buf.dtype == OBJECT:  # the env's own value, as sent (text, token ids, a message...)
+        return lambda row: buf[row]
     if isinstance(space, spaces.Discrete | spaces.MultiDiscrete):
         dtype: np.dtype[Any] = cast("spaces.Discrete[Any] | spaces.MultiDiscrete[Any]", space).dtype
         if dtype != buf.dtype:

@@ -179,11 +179,14 @@ class RandomActions:
         from aenvs._tensors import torch_dtype
 
         space, spec = self._spaces[i], self._specs[i]
-        dtypes = {leaf.key: torch_dtype(leaf.dtype) for leaf in spec.action_leaves}
+        dtypes = {leaf.key: torch_dtype(leaf.dtype) for leaf in spec.action_leaves if not leaf.is_object}
+        objects = {leaf.key for leaf in spec.action_leaves if leaf.is_object}
         td = TensorDict({}, batch_size=[])
         for key, value in flatten_value(space, space.sample(), ("action",)):
             if key in dtypes:
                 td.set(key, torch.as_tensor(np.asarray(value), dtype=dtypes[key]))
+            elif key in objects:  # text, token lists...: as sampled
+                td.set_non_tensor(key, value)
         return td
 
 

@@ -55,7 +55,9 @@ class NativeAdapter:
         self.plain_observation = None if self._single_obs is None else self._single_obs[0]
         #: the root entries a step may return that are not extras
         self.known_roots = frozenset(key[0] for key in self._obs_keys) | _SCALARS
-        self._action_keys = [leaf.key for leaf in self.spec.action_leaves]
+        self._action_keys = [leaf.key for leaf in self.spec.action_leaves if not leaf.is_object]
+        #: non-tensor actions (text, token lists...): set as non-tensor entries each step
+        self._object_keys = [leaf.key for leaf in self.spec.action_leaves if leaf.is_object]
         self._actions: Mapping[Key, np.ndarray] | None = None
         self._action_views: list[tuple[Key, torch.Tensor]] = []
         self._action_container: TensorDictBase = TensorDict()
@@ -119,9 +121,11 @@ class NativeAdapter:
             td = TensorDict()
             for key, tensor in self._action_views:
                 td.set(key, tensor)
-            return td
-        for key, tensor in self._action_views:  # put back what an env may have replaced or removed
-            slots[key[0]] = tensor
+        else:
+            for key, tensor in self._action_views:  # put back what an env may have replaced or removed
+                slots[key[0]] = tensor
+        for key in self._object_keys:
+            td.set_non_tensor(key, actions[key][row])
         return td
 
     def step(self, actions: Mapping[Key, np.ndarray], row: int) -> Any:

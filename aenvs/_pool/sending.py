@@ -149,10 +149,11 @@ class Sender:
             raise TypeError(f"expected a TensorDict of actions, got {type(given).__name__}")
         indices = self.targets(td, env_index)
         batcher.check_actions(td, indices)
+        objects = batcher.objects.read(td, indices)  # None unless some action is not a tensor
         batcher.write_actions(td, indices)
         # later key changes by the caller do not reach the results
         self._slots.keep_inputs(shallow_copy(td), indices)
-        self.dispatch(Command(kind, indices))
+        self.dispatch(Command(kind, indices, object_actions=objects))
         return indices
 
     def send_reset(

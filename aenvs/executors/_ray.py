@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 from aenvs._commands import Command, CommandKind, Completion, RemoteError
 from aenvs._errors import EnvCrashedError, EnvTimeoutError
-from aenvs._specs import EnvSpec, Key
+from aenvs._specs import OBJECT, EnvSpec, Key
 from aenvs.executors._base import Capabilities
 from aenvs.executors._pickling import cloudpickle_dumps
 from aenvs.executors._ray_host import EnvHost, Result
@@ -286,8 +286,9 @@ class RayExecutor(WorkerGroupExecutor[_Actor]):
             if kind in _WITH_ACTIONS:
                 assert self.buffers is not None
                 groups = self.buffers.groups
+                # the fixed-shape rows; non-tensor actions travel in the command itself
                 actions = [
-                    (g, {key: b[rows] for key, b in groups[pool_group].action.items()})
+                    (g, {key: b[rows] for key, b in groups[pool_group].action.items() if b.dtype != OBJECT})
                     for g, pool_group, rows in plan
                 ]
             ref = w.handle.execute.remote(part, actions)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -175,3 +177,29 @@ def test_ctrl_c_outside_sync_calls_is_a_plain_keyboard_interrupt() -> None:
             signal.raise_signal(signal.SIGINT)
             time.sleep(5)  # never reached: the handler above us raises
         assert env.step(_actions(1))["next", "observation"][0, 2] == 1.0
+
+
+_DROPPED_AT_EXIT = """
+import asyncio, sys
+import aenvs
+from aenvs.testing import echo_env_fns
+
+async def main():
+    env = aenvs.SerialEnv(2, echo_env_fns(2), executor=sys.argv[1])  # a portal: a loop runs here
+    env.reset()
+    raise RuntimeError("the script fails with the env open")
+
+asyncio.run(main())
+"""
+
+
+def test_a_shim_left_open_in_a_failing_script_lets_it_exit(executor: str, tmp_path) -> None:
+    """Collected while the interpreter shuts down (the traceback held it), after the portal's
+    thread has stopped: closing must not wait on that thread's loop (it waited forever)."""
+    script = tmp_path / "dropped.py"
+    script.write_text(_DROPPED_AT_EXIT)
+    result = subprocess.run(
+        [sys.executable, str(script), executor], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1, result.stderr
+    assert "the script fails with the env open" in result.stderr

@@ -1,0 +1,69 @@
+"""Envs that speak text, token ids and messages, for the non-tensor action tests (module-level
+classes: the process and Ray executors pickle them by reference)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+from gymnasium import spaces
+from tensordict import TensorDictBase
+
+from aenvs import Env
+
+WORDS = spaces.Text(16)
+
+
+class EchoTextEnv(gym.Env[str, str]):
+    """Observation ``"<step>:<action>"``; reward the action's length; "quit" ends the episode."""
+
+    observation_space = spaces.Text(64)
+    action_space = WORDS
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.steps = 0
+        return "start", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if not isinstance(action, str):
+            raise TypeError(f"EchoTextEnv got {type(action).__name__}")
+        self.steps += 1
+        return f"{self.steps}:{action}", float(len(action)), action == "quit", False, {}
+
+
+class Anything(spaces.Space[Any]):
+    """A space holding any Python value (a chat message, a tool call)."""
+
+    def __init__(self) -> None:
+        super().__init__(None, None)
+
+    def contains(self, x: Any) -> bool:
+        return True
+
+    def sample(self, mask: Any = None, probability: Any = None) -> Any:
+        return {"role": "user", "content": "hello"}
+
+
+class ToolEnv(Env):
+    """A native env taking a token list and a message; observes ``"<sum of tokens>|<content>"``."""
+
+    observation_space = spaces.Text(64)
+    action_space = spaces.Dict({"tokens": spaces.Sequence(spaces.Discrete(1000)), "message": Anything()})
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {"observation": "ready"}
+
+    def step(self, td: TensorDictBase) -> dict[str, Any]:
+        tokens, message = td["action", "tokens"], td["action", "message"]
+        total = sum(int(t) for t in tokens)
+        return {
+            "observation": f"{total}|{message['content']}",
+            "reward": float(len(tokens)),
+            "terminated": False,
+        }
