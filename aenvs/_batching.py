@@ -82,6 +82,7 @@ def _nest(extras: Mapping[Key, Any]) -> dict[str, Any]:
 
 
 _MISSING = object()
+_TENSOR_LIKE = (torch.Tensor, bool, int, float, np.number, np.bool_, np.ndarray)
 
 
 @contextlib.contextmanager
@@ -108,8 +109,11 @@ def _stack_values(values: Sequence[Any]) -> Any:
             return maybe_dense_stack(tds)
         except (RuntimeError, ValueError, TypeError):
             return lazy_stack(tds)
-    converted = [to_td_value(v) for v in values if v is not _MISSING]
-    if len(converted) == len(values) and all(isinstance(v, torch.Tensor) for v in converted):
+    # a value no tensor can hold (text, a message...) makes this a non-tensor stack: convert
+    # nothing first (each conversion would build a NonTensorData the stack builds again)
+    numeric = all(isinstance(v, _TENSOR_LIKE) for v in values)
+    converted = [to_td_value(v) for v in values] if numeric else []
+    if numeric and all(isinstance(v, torch.Tensor) for v in converted):
         first = converted[0]
         if all(v.shape == first.shape and v.dtype == first.dtype for v in converted):
             return torch.stack(converted)
@@ -357,8 +361,9 @@ class Batcher:
 
 def shallow_copy(td: TensorDictBase) -> TensorDictBase:
     """``td.copy()``: a new TensorDict holding the same tensors, so that later key changes to
-    ``td`` do not reach it; for a flat TensorDict, for a tenth of ``copy()``'s cost."""
-    entries = flat_entries(td)
+    ``td`` do not reach it; for a flat TensorDict, for a tenth of ``copy()``'s cost (whose
+    clone of a non-tensor stack builds every row again: sent text shares its stack)."""
+    entries = flat_entries(td, non_tensor=True)
     if entries is None:
         return td.copy()
     return td_unchecked(dict(entries), td.batch_size, td.device)

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import tensordict
 import torch
-from tensordict import LazyStackedTensorDict, NonTensorStack, TensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 
 __all__ = [
@@ -186,10 +186,11 @@ def td_update(td: TensorDictBase, entries: Mapping[str, Any]) -> None:
     td.update(entries)  # pyright: ignore[reportUnknownMemberType]
 
 
-def flat_entries(td: TensorDictBase) -> dict[str, torch.Tensor] | None:
+def flat_entries(td: TensorDictBase, non_tensor: bool = False) -> dict[str, Any] | None:
     """The root entries of a TensorDict that holds only tensors at its root and has no dim
     names (what a sent batch usually is), read without tensordict's generic machinery (which
     costs more than the rest of a batch); None for any other TensorDict. Read-only.
+    ``non_tensor``: non-tensor entries (``NonTensorData`` / ``NonTensorStack``) may be there too.
 
     Example:
         >>> flat_entries(TensorDict({"a": torch.zeros(1)})) is not None
@@ -200,4 +201,11 @@ def flat_entries(td: TensorDictBase) -> dict[str, torch.Tensor] | None:
     if type(td) is not TensorDict or td._has_names():  # pyright: ignore[reportPrivateUsage]
         return None
     entries: dict[str, Any] = td._tensordict  # pyright: ignore[reportPrivateUsage, reportUnknownMemberType, reportUnknownVariableType]
-    return entries if all(type(v) is torch.Tensor for v in entries.values()) else None
+    if non_tensor:
+        plain = all(type(v) is torch.Tensor or type(v) in _NON_TENSOR for v in entries.values())
+    else:
+        plain = all(type(v) is torch.Tensor for v in entries.values())
+    return entries if plain else None
+
+
+_NON_TENSOR = (NonTensorData, NonTensorStack)
