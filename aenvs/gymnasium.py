@@ -59,14 +59,20 @@ class AsyncVectorEnv(VectorEnv):
     Args:
         env_fns: zero-argument callables returning gymnasium envs (or gymnasium ids, or
             callables taking an :class:`~aenvs.EnvContext`).
-        executor: ``"inline"``, ``"thread"``, ``"process"`` (default) or an
-            :class:`~aenvs.executors.Executor`.
-        autoreset_mode: ``NEXT_STEP`` (default), ``SAME_STEP`` or ``DISABLED``, with
-            gymnasium's semantics (https://farama.org/Vector-Autoreset-Mode).
+        shared_memory: accepted for gymnasium's signature, no effect: the process executor
+            always keeps fixed-shape entries in shared memory and sends the rest pickled.
         copy: return copies of the observations (the internal ones stay untouched for
             ``reset_mask`` resets), as gymnasium does.
+        context: gymnasium's multiprocessing start method; accepted, no effect (the process
+            executor forks its workers from a server of its own).
+        daemon: accepted, no effect (aenvs's workers never outlive the vector env).
+        worker: gymnasium's custom worker function: not supported (``ValueError`` unless None).
         observation_mode: ``"same"``, ``"different"`` or ``(observation_space,
             single_observation_space)``, as gymnasium's.
+        autoreset_mode: ``NEXT_STEP`` (default), ``SAME_STEP`` or ``DISABLED``, with
+            gymnasium's semantics (https://farama.org/Vector-Autoreset-Mode).
+        executor: ``"inline"``, ``"thread"``, ``"process"`` (default) or an
+            :class:`~aenvs.executors.Executor`.
         envs_per_worker: how many envs each worker hosts (default: the executor's choice).
         num_workers: how many workers the executor starts (default: the executor's choice).
         loop: the loop driver (``"auto"``, ``"private"``, ``"portal"``), as for
@@ -98,11 +104,15 @@ class AsyncVectorEnv(VectorEnv):
     def __init__(
         self,
         env_fns: Sequence[EnvFn],
+        shared_memory: bool = True,
+        copy: bool = True,
+        context: str | None = None,
+        daemon: bool = True,
+        worker: Any = None,
+        observation_mode: str | tuple[spaces.Space[Any], spaces.Space[Any]] = "same",
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         *,
         executor: str | Executor = "process",
-        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-        copy: bool = True,
-        observation_mode: str | tuple[spaces.Space[Any], spaces.Space[Any]] = "same",
         envs_per_worker: int | None = None,
         num_workers: int | None = None,
         loop: DriverKind = "auto",
@@ -114,6 +124,9 @@ class AsyncVectorEnv(VectorEnv):
         self.env_fns = list(env_fns)
         if not self.env_fns:
             raise ValueError("AsyncVectorEnv needs at least one env")
+        if worker is not None:  # gymnasium's custom worker function: there is nowhere to run it
+            raise ValueError("AsyncVectorEnv(worker=...) is not supported: aenvs runs its own workers")
+        self.shared_memory, self.context, self.daemon = shared_memory, context, daemon
         self.copy = copy
         self.observation_mode = observation_mode
         self.autoreset_mode = (
@@ -195,12 +208,8 @@ class AsyncVectorEnv(VectorEnv):
         spec = copy.deepcopy(gym.spec(id))
         make_kwargs = {**spec.kwargs, **kwargs}
         factory = functools.partial(make_from_id, id, dict(kwargs), list(wrappers or ()))
-        env = cls(
-            [factory] * num_envs,
-            executor=executor,
-            autoreset_mode=autoreset_mode,
-            **dict(vector_kwargs or {}),
-        )
+        vector = dict(vector_kwargs or {})
+        env = cls([factory] * num_envs, executor=executor, autoreset_mode=autoreset_mode, **vector)
         spec.kwargs = make_kwargs
         if num_envs != 1:
             spec.kwargs["num_envs"] = num_envs

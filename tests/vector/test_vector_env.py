@@ -103,6 +103,25 @@ def test_from_id_builds_like_make_vec(executor: str) -> None:
         envs.close()
 
 
+def test_gymnasiums_constructor_arguments_are_accepted_in_its_order(executor: str) -> None:
+    """A script passing gymnasium's own arguments (shared_memory, copy, context, daemon,
+    observation_mode, autoreset_mode), also positionally, runs unchanged; its results match."""
+    fns = [lambda: gym.make("CartPole-v1")] * 2
+    envs = AsyncVectorEnv(fns, False, True, "spawn", True, None, "same", "SameStep", executor=executor)
+    try:
+        reference = gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        assert envs.metadata["autoreset_mode"] is AutoresetMode.SAME_STEP
+        assert (envs.shared_memory, envs.context, envs.daemon) == (False, "spawn", True)
+        assert data_equivalence(envs.reset(seed=5), reference.reset(seed=5), exact=True)
+        actions = np.array([1, 0])
+        assert data_equivalence(envs.step(actions), reference.step(actions), exact=True)
+        reference.close()
+    finally:
+        envs.close()
+    with pytest.raises(ValueError, match=r"worker=\.\.\.\) is not supported"):
+        AsyncVectorEnv(fns, worker=lambda *args: None, executor=executor)
+
+
 def test_create_refuses_differing_spaces_in_gymnasiums_words(executor: str) -> None:
     """Code matches on gymnasium's messages: they are kept, with the env and spaces after them."""
     env_fns = [*space_env_fns(2), functools.partial(SpaceEnv, observation_space="box64")]
