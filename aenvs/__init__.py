@@ -31,6 +31,7 @@ from aenvs._errors import (
 from aenvs._specs import EnvSpec as EnvSpec
 
 if TYPE_CHECKING:
+    from aenvs._adapters.multi_agent import MultiAgent as MultiAgent
     from aenvs._check import check_env_specs as check_env_specs
     from aenvs._layout import step_mdp as step_mdp
     from aenvs._pool import AsyncEnvPool as AsyncEnvPool, PoolStats as PoolStats
@@ -49,6 +50,7 @@ __all__ = [
     "EnvSpec",
     "EnvState",
     "EnvTimeoutError",
+    "MultiAgent",
     "ParallelEnv",
     "PoolClosedError",
     "PoolStats",
@@ -66,6 +68,7 @@ _LAZY = {
     "SerialEnv": "aenvs._sync",
     "ParallelEnv": "aenvs._sync",
     "check_env_specs": "aenvs._check",
+    "MultiAgent": "aenvs._adapters.multi_agent",
 }
 
 

@@ -17,7 +17,7 @@ from tensordict import TensorDictBase
 
 from aenvs._errors import AenvsError
 from aenvs._object_actions import values_per_row
-from aenvs._specs import EnvSpec, Key, Leaf, Space, observation_root
+from aenvs._specs import EnvSpec, Key, Leaf, Space, observation_root, space_leaves
 from aenvs._tensors import td_get, torch_dtype
 
 __all__ = ["EnvSpecError", "check_env_specs"]
@@ -108,7 +108,7 @@ def _check_leaf(
     if leaf.is_object:  # non-tensor values (text, token lists...): each in its space
         rows = int(td.batch_size.numel())
         for step, item in enumerate(values_per_row(value, rows) if td.batch_dims else [value]):
-            if space is not None and not space.contains(item):
+            if space is not None and not space.contains(_as_sampled(item)):
                 raise EnvSpecError(
                     f"{who}: {name!r} in the {where} at step {step} is not in its space {space}"
                 )
@@ -131,10 +131,24 @@ def _check_leaf(
             raise EnvSpecError(f"{who}: {name!r} in the {where} is out of its space {space}: {why}")
 
 
+def _as_sampled(value: Any) -> Any:
+    """A non-tensor value as its space samples it: the tensors the pool made of numeric
+    arrays (a stacked ``Sequence``'s, a ragged one's) back in numpy, TensorDicts as dicts."""
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu()
+        return tensor.item() if tensor.ndim == 0 else tensor.numpy()
+    if isinstance(value, TensorDictBase):
+        return _as_sampled(value.to_dict())
+    if isinstance(value, dict):
+        return {k: _as_sampled(v) for k, v in cast("dict[str, Any]", value).items()}
+    return value
+
+
 def _check_env(td: TensorDictBase, spec: EnvSpec, who: str) -> None:
     """Check one env's trajectory (batch ``[T]``) against its spec."""
-    obs = dict(_space_items(spec.observation_space, observation_root(spec.observation_space)))
-    actions = dict(_space_items(spec.action_space, ("action",)))
+    root = observation_root(spec.observation_space)
+    obs = dict(_space_items(spec.observation_space, root))
+    actions = dict(_space_items(spec.action_space, spec.action_root))
     spaces_by_key: dict[Key, Space] = {**obs, **actions, ("reward",): spec.reward_space}
     nxt = td_get(td, "next")
     if not isinstance(nxt, TensorDictBase):
@@ -145,6 +159,11 @@ def _check_env(td: TensorDictBase, spec: EnvSpec, who: str) -> None:
         _check_leaf(td, leaf.key, leaf, spaces_by_key.get(leaf.key), who, "input (reset or previous step)")
     for leaf in spec.action_leaves:
         _check_leaf(td, leaf.key, leaf, spaces_by_key.get(leaf.key), who, "input")
+    # observation parts without a fixed shape (Text, Sequence, Graph...): non-tensor entries
+    objects = [leaf for leaf in space_leaves(spec.observation_space, root, objects=True) if leaf.is_object]
+    for leaf in objects:
+        _check_leaf(nxt, leaf.key, leaf, obs[leaf.key], who, "step output ('next')")
+        _check_leaf(td, leaf.key, leaf, obs[leaf.key], who, "input (reset or previous step)")
     for where, flags in (("input", td), ("step output ('next')", nxt)):
         done, terminated, truncated = (td_get(flags, k) for k in ("done", "terminated", "truncated"))
         if not torch.equal(done, terminated | truncated):
@@ -156,7 +175,9 @@ def check_env_specs(env: _Checkable, max_steps: int = 3, *, seed: int | None = N
 
     Checks, for every env: each observation, action, reward and done / terminated /
     truncated entry is there, with the shape and dtype its spaces give, within their
-    bounds where finite, and ``done == terminated | truncated``.
+    bounds where finite, and ``done == terminated | truncated``; each value of a space
+    without a fixed shape (``Text``, ``Sequence``, ``Graph``, ``OneOf``, custom spaces),
+    observation or action, is in its space.
 
     Args:
         env: a :class:`~aenvs.SerialEnv` / :class:`~aenvs.ParallelEnv`.

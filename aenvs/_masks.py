@@ -30,6 +30,7 @@ import torch
 from tensordict import LazyStackedTensorDict, NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 
+from aenvs._ragged import is_ragged, stack_ragged
 from aenvs._specs import Leaf
 from aenvs._tensors import lazy_stack, non_tensor_stack, td_clone, td_get, td_keys, tensor_tolist, torch_dtype
 
@@ -258,24 +259,35 @@ def _values(value: Any, batch: int) -> list[Any]:
 
 
 def _place(old: Any, new: Any, rows: torch.Tensor, batch: int, key: Key) -> Any:
-    """A ``[batch]`` entry: ``new`` (``[len(rows)]``) at ``rows``, ``old`` elsewhere (0 where absent)."""
+    """A ``[batch]`` entry: ``new`` (``[len(rows)]``) at ``rows``, ``old`` elsewhere (0 where absent).
+
+    Rows whose shapes differ (a variable-length entry: the input's rows one length, the
+    envs' another) are merged row by row and stacked as :func:`~aenvs._ragged.stack_ragged`
+    stacks them."""
     if isinstance(new, torch.Tensor):
-        shape = (batch, *new.shape[1:])
+        out: torch.Tensor | None = None
         if isinstance(old, torch.Tensor):
-            if old.shape[1:] != new.shape[1:]:
-                raise ValueError(
-                    f"the input has {_name(key)!r} of shape {tuple(old.shape[1:])} per env, "
-                    f"the envs give {tuple(new.shape[1:])}"
-                )
-            out = old.to(new.dtype, copy=True)
-        else:
-            out = new.new_zeros(shape)
-        out[rows] = new
-        return out
-    values = _values(old, batch)
-    for row, value in zip(tensor_tolist(rows), _values(new, len(rows)), strict=True):
+            if old.shape[1:] == new.shape[1:]:
+                out = old.to(new.dtype, copy=True)
+        elif not isinstance(old, NonTensorStack):
+            out = new.new_zeros((batch, *new.shape[1:]))
+        if out is not None:
+            out[rows] = new
+            return out
+    values = _rows_of(old, batch)
+    for row, value in zip(tensor_tolist(rows), _rows_of(new, len(rows)), strict=True):
         values[row] = value
+    if values and all(isinstance(v, torch.Tensor) for v in values):
+        tensors = cast("list[torch.Tensor]", values)
+        return stack_ragged(tensors) if is_ragged(tensors) else torch.stack(tensors)
     return non_tensor_stack(values)
+
+
+def _rows_of(value: Any, batch: int) -> list[Any]:
+    """Per-row values of an entry: a tensor's rows, a non-tensor entry's python values."""
+    if isinstance(value, torch.Tensor):
+        return list(value.unbind(0))
+    return _values(value, batch)
 
 
 def _zero_rows(old: Any, rows: torch.Tensor, batch: int) -> Any:

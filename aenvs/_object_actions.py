@@ -10,15 +10,18 @@ dispatched, and travel with the step command (:class:`~aenvs._commands.Command`)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import numbers
+import reprlib
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+import numpy as np
 import torch
 from gymnasium import spaces
 from tensordict import NonTensorData, NonTensorStack, TensorDictBase
 
 from aenvs._specs import EnvSpec, Key, Space
-from aenvs._tensors import td_get
+from aenvs._tensors import non_tensor_values, td_get
 
 __all__ = ["ObjectActions", "object_action_spaces", "values_per_row"]
 
@@ -65,7 +68,7 @@ def values_per_row(value: Any, n: int) -> list[Any]:
     if isinstance(value, NonTensorData):
         return [value.data] * n  # one value given for every env
     if isinstance(value, NonTensorStack):
-        return list(value.tolist())
+        return non_tensor_values(value)
     if isinstance(value, torch.Tensor):
         return list(value.detach().unbind(0))
     if isinstance(value, TensorDictBase):
@@ -77,8 +80,10 @@ class ObjectActions:
     """Reads and checks the non-tensor actions of a pool whose envs have some.
 
     ``Text`` values are checked against their space (a ``str`` within its length and
-    charset); other spaces' values only for presence: their membership tests walk every
-    element (a token list of thousands), and the env checks what it receives.
+    charset), ``Sequence``, ``Graph`` and ``OneOf`` values for their kind (a sequence, a
+    ``GraphInstance``, an ``(index, value)`` pair); other spaces' values only for presence:
+    their membership tests walk every element (a token list of thousands), and the env
+    checks what it receives.
 
     Example:
         >>> from tensordict import TensorDict
@@ -93,12 +98,19 @@ class ObjectActions:
     def __init__(self, specs: Sequence[EnvSpec]) -> None:
         self._spaces = [object_action_spaces(spec.action_space) for spec in specs]
         self.present = any(self._spaces)
+        # every env's object spaces, where they are the same (the common case): read by column
+        first = self._spaces[0] if self._spaces else {}
+        self._shared = first if first and all(s == first for s in self._spaces) else None
 
     def read(self, td: TensorDictBase, env_indices: Sequence[int]) -> ObjectValues | None:
         """Each env's non-tensor action values by key (None if no env has any); raises
         ValueError / TypeError naming the env and the key for a missing or wrong value."""
         if not self.present:
             return None
+        if self._shared is not None:
+            read = _read_columns(td, env_indices, self._shared)
+            if read is not None:
+                return read
         n = len(env_indices)
         columns: dict[Key, list[Any]] = {}
         out: ObjectValues = {}
@@ -121,6 +133,35 @@ class ObjectActions:
         return out
 
 
+def _read_columns(
+    td: TensorDictBase, env_indices: Sequence[int], shared: dict[Key, Space]
+) -> ObjectValues | None:
+    """:meth:`ObjectActions.read` for envs with the same object spaces, a key at a time; None
+    where a value is missing or wrong (the row-by-row read then names the first bad one)."""
+    n = len(env_indices)
+    out: ObjectValues = {i: {} for i in env_indices}
+    for key, space in shared.items():
+        value = td_get(td, key)
+        if value is None:
+            return None
+        column = values_per_row(value, n)
+        if len(column) != n:
+            return None
+        if type(space) is spaces.Text:
+            low, high, charset = space.min_length, space.max_length, space.character_set
+            for v in column:
+                if type(v) is not str or not low <= len(v) <= high or not charset.issuperset(v):
+                    return None
+        else:
+            try:
+                column = [_checked(v, space, i, key) for v, i in zip(column, env_indices, strict=True)]
+            except (ValueError, TypeError):
+                return None
+        for i, v in zip(env_indices, column, strict=True):
+            out[i][key] = v
+    return out
+
+
 def _checked(value: Any, space: Space, env_index: int, key: Key) -> Any:
     if value is None:
         raise ValueError(f"env {env_index}: {_name(key)!r} has no value (None) for the space {space}")
@@ -130,9 +171,47 @@ def _checked(value: Any, space: Space, env_index: int, key: Key) -> Any:
                 f"env {env_index}: {_name(key)!r} must be a str for the space {space}, "
                 f"got {type(value).__name__}"
             )
-        if not space.contains(value):
+        if not _text_contains(space, value):
             raise ValueError(
                 f"env {env_index}: {_name(key)!r} value {value[:40]!r} is not in {space} "
                 f"(length {len(value)}, or a character outside its charset)"
             )
+    elif isinstance(space, spaces.Sequence | spaces.Graph | spaces.OneOf):
+        expected = _wrong_kind(cast("Space", space), value)
+        if expected is not None:
+            raise TypeError(
+                f"env {env_index}: {_name(key)!r} must be {expected} for the space {space}, "
+                f"got {type(value).__name__} {reprlib.repr(value)}"
+            )
     return value
+
+
+def _wrong_kind(space: Space, value: Any) -> str | None:
+    """What ``value`` should be for ``space`` (a Sequence, Graph or OneOf), if it is of another
+    kind; None if it is of the right kind. Cheap: the elements are the env's to check."""
+    if isinstance(space, spaces.Graph):
+        return None if isinstance(value, spaces.GraphInstance) else "a GraphInstance"
+    if isinstance(space, spaces.OneOf):
+        count = len(cast("spaces.OneOf[Any]", space).spaces)
+        pair = cast("Sequence[Any]", value) if isinstance(value, tuple | list) else ()
+        if len(pair) == 2 and isinstance(pair[0], numbers.Integral) and 0 <= int(pair[0]) < count:
+            return None
+        return f"an (index, value) pair, index below {count}"
+    if isinstance(value, str | bytes):
+        return "a sequence of its elements (a tuple)"
+    if isinstance(value, Mapping):  # a stacked Sequence of a Dict space samples a dict
+        sequence = cast(Any, space)  # gymnasium's Sequence: its attributes are untyped
+        stacked: bool = sequence.stack
+        feature: Space = sequence.feature_space
+        return None if stacked and isinstance(feature, spaces.Dict) else "a sequence of its elements"
+    if isinstance(value, Sequence | np.ndarray | torch.Tensor):
+        return None
+    return "a sequence of its elements (a tuple)"
+
+
+def _text_contains(space: spaces.Text, value: str) -> bool:
+    """``space.contains(value)`` for a str: a plain ``Text`` space's charset is tested as one
+    set operation, not character by character (a long action costs microseconds, not tens)."""
+    if type(space) is not spaces.Text:
+        return space.contains(value)
+    return space.min_length <= len(value) <= space.max_length and space.character_set.issuperset(value)

@@ -56,6 +56,8 @@ class _Slot:
     # a native env with one observation entry at its root: that entry's name and step row
     plain_name: str | None = None
     plain_row: np.ndarray | None = None
+    # an env with a batch shape of its own: its reset of the sub-envs that ended, else None
+    autoreset: Any = None
 
     def attach(self, rows: EnvRows) -> None:
         self.rows = rows
@@ -65,6 +67,15 @@ class _Slot:
         self.plain_name = getattr(self.adapter, "plain_observation", None)
         self.plain_row = None if self.plain_name is None else step[(self.plain_name,)]
         self.reset_flags = (rows.reset[_DONE], rows.reset[_TERMINATED], rows.reset[_TRUNCATED])
+        self.autoreset = getattr(self.adapter, "autoreset", None)
+        if self.autoreset is not None:
+            # a batched env writes its per sub-env reward and flags among its items; its
+            # Outcome's scalars (whether any sub-env ended) go to scratch rows, so that the
+            # step path stays the same for every env
+            self.reward, self.done, self.terminated, self.truncated = (
+                np.zeros(1, t) for t in (np.float32, bool, bool, bool)
+            )
+            self.reset_flags = (np.zeros(1, bool),)
         self.carry = tuple((view, step[key]) for key, view in rows.reset.items() if key not in _FLAGS)
 
 
@@ -175,7 +186,8 @@ class EnvRunner:
                 completion = Completion(i, kind, None, extras, None, done)
                 if kind is _SMR:
                     if done:
-                        out = adapter.reset(None, None)
+                        autoreset = slot.autoreset  # a batched env: only its sub-envs that ended
+                        out = adapter.reset(None, None) if autoreset is None else autoreset()
                         if type(out) is not Outcome:
                             out = adapter.outcome(await out, False)
                         completion.reset_extras = self._write_reset(slot, out)

@@ -11,7 +11,7 @@ import torch
 from gymnasium import spaces
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
-from aenvs._specs import Space
+from aenvs._specs import Key, Space
 from aenvs._tensors import non_tensor_stack, torch_dtype
 
 __all__ = ["random_actions"]
@@ -60,13 +60,23 @@ def _sample(space: Space, n: int, generator: torch.Generator | None) -> Any:
     return non_tensor_stack([sampler.sample() for _ in range(n)])
 
 
+def _at(root: Key, value: Any) -> dict[str, Any]:
+    """``value`` placed at ``root`` (``()``: ``value`` is already a dict of entries)."""
+    for part in reversed(root):
+        value = {part: value}
+    return cast("dict[str, Any]", value)
+
+
 def random_actions(
     action_spaces: Sequence[Space],
     *,
     dense: bool = True,
     generator: torch.Generator | None = None,
+    roots: Sequence[Key] | None = None,
 ) -> TensorDictBase:
-    """One random action per env under ``"action"`` (laid out as the pool reads actions).
+    """One random action per env, laid out as the pool reads actions: under ``"action"``, or
+    per env where ``roots`` says (an env spec's ``action_root``: ``()`` for a multi-agent env,
+    whose groups hold their own ``"action"``).
 
     ``dense``: every env has the same action space (one draw for the batch); else the
     actions are drawn per env and stacked lazily.
@@ -75,11 +85,16 @@ def random_actions(
         >>> td = random_actions([spaces.Discrete(2)] * 3)
         >>> td["action"].shape, td["action"].dtype
         (torch.Size([3]), torch.int64)
+        >>> group = spaces.Dict({"team": spaces.Dict({"action": spaces.MultiBinary(2)})})
+        >>> random_actions([group] * 3, roots=[()] * 3)["team", "action"].shape
+        torch.Size([3, 2])
     """
+    roots = roots if roots is not None else [("action",)] * len(action_spaces)
     if dense:
         n = len(action_spaces)
-        return TensorDict({"action": _sample(action_spaces[0], n, generator)}, batch_size=[n])
+        return TensorDict(_at(roots[0], _sample(action_spaces[0], n, generator)), batch_size=[n])
     rows = [
-        TensorDict({"action": _sample(space, 1, generator)}, batch_size=[1])[0] for space in action_spaces
+        TensorDict(_at(root, _sample(space, 1, generator)), batch_size=[1])[0]
+        for space, root in zip(action_spaces, roots, strict=True)
     ]
     return LazyStackedTensorDict.lazy_stack(rows)

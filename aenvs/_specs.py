@@ -131,6 +131,44 @@ def flatten_value(space: Space, value: Any, path: Key) -> Iterator[tuple[Key, An
         yield path, value
 
 
+def value_flattener(space: Space, path: Key) -> Callable[[Any], list[tuple[Key, Any]]]:
+    """:func:`flatten_value` for ``space``, built once: a function from a value to its
+    ``(key, value)`` parts, without walking the space at every call.
+
+    Example:
+        >>> space = spaces.Dict({"pos": spaces.Box(-1, 1, (2,)), "n": spaces.Discrete(3)})
+        >>> value_flattener(space, ())({"pos": 0.5, "n": 2})
+        [(('n',), 2), (('pos',), 0.5)]
+    """
+    routes: list[tuple[Key, tuple[str | int, ...]]] = []
+
+    def walk(sub: Space, key: Key, route: tuple[str | int, ...]) -> None:
+        if isinstance(sub, spaces.Dict):
+            for k, inner in cast("spaces.Dict[Any]", sub).spaces.items():
+                walk(inner, (*key, k), (*route, k))
+        elif isinstance(sub, spaces.Tuple):
+            for i, inner in enumerate(cast("spaces.Tuple[Any]", sub).spaces):
+                walk(inner, (*key, str(i)), (*route, i))
+        else:
+            routes.append((key, route))
+
+    walk(space, path, ())
+    if all(len(route) == 1 for _, route in routes):  # one level: a Dict of leaves, the usual case
+        firsts = [(key, route[0]) for key, route in routes]
+        return lambda value: [(key, value[part]) for key, part in firsts]
+
+    def flatten(value: Any) -> list[tuple[Key, Any]]:
+        parts: list[tuple[Key, Any]] = []
+        for key, route in routes:
+            part = value
+            for step in route:
+                part = part[step]
+            parts.append((key, part))
+        return parts
+
+    return flatten
+
+
 def action_reader(
     space: Space, buffers: Mapping[Key, np.ndarray], path: Key = ("action",)
 ) -> Callable[[int], Any]:
@@ -212,6 +250,10 @@ class EnvSpec:
         reset_leaves: fixed-shape entries of a reset result (observations and flags).
         step_leaves: fixed-shape entries of a step result (observations, reward, flags).
         action_leaves: fixed-shape entries a step takes.
+        batch_shape: the env's own batch shape (a TorchRL env of batch size ``[3]``), ``()``
+            for one env: every leaf's shape starts with it, the spaces describe one sub-env.
+        action_root: where the action space's values live in a step's input: ``("action",)``,
+            or ``()`` for a multi-agent env, whose groups hold their own ``"action"`` entries.
 
     Example:
         >>> from gymnasium import spaces
@@ -227,6 +269,8 @@ class EnvSpec:
     reset_leaves: tuple[Leaf, ...] = ()
     step_leaves: tuple[Leaf, ...] = ()
     action_leaves: tuple[Leaf, ...] = ()
+    batch_shape: tuple[int, ...] = ()
+    action_root: Key = ("action",)
 
     @classmethod
     def from_spaces(
@@ -234,13 +278,17 @@ class EnvSpec:
         observation_space: Space,
         action_space: Space,
         reward_space: Space | None = None,
+        batch_shape: tuple[int, ...] = (),
+        action_root: Key = ("action",),
     ) -> EnvSpec:
         """The spec of an env with these spaces, its leaves flattened from them.
 
         A reset gives the observation leaves and the done / terminated / truncated flags
         (bool, shape ``(1,)``); a step gives those plus ``"reward"`` (float32, shape
         ``(1,)``), and takes the action leaves under ``"action"``. ``reward_space`` (by
-        default an unbounded float32 ``Box`` of shape ``(1,)``) is kept for checks.
+        default an unbounded float32 ``Box`` of shape ``(1,)``) is kept for checks. ``batch_shape`` (the env's own
+        batch; the spaces are one sub-env's) goes in front of every leaf's shape. ``action_root``:
+        where the action leaves go (``()`` for a multi-agent env's per-group actions).
 
         Example:
             >>> from gymnasium import spaces
@@ -256,13 +304,22 @@ class EnvSpec:
         reward_space = reward_space or spaces.Box(-np.inf, np.inf, FLAG_SHAPE, np.float32)
         obs = observation_leaves(observation_space)
         reward = Leaf(REWARD_KEY, FLAG_SHAPE, np.dtype(np.float32))
+        reset, step = (*obs, *_flag_leaves()), (*obs, reward, *_flag_leaves())
+        actions = tuple(space_leaves(action_space, action_root, objects=True))
+        if batch_shape:
+            reset, step, actions = (
+                tuple(Leaf(leaf.key, (*batch_shape, *leaf.shape), leaf.dtype) for leaf in leaves)
+                for leaves in (reset, step, actions)
+            )
         return cls(
             observation_space,
             action_space,
             reward_space,
-            reset_leaves=(*obs, *_flag_leaves()),
-            step_leaves=(*obs, reward, *_flag_leaves()),
-            action_leaves=tuple(action_leaves(action_space)),
+            reset_leaves=reset,
+            step_leaves=step,
+            action_leaves=actions,
+            batch_shape=tuple(batch_shape),
+            action_root=tuple(action_root),
         )
 
     @property

@@ -27,6 +27,7 @@ __all__ = [
     "lazy_stack",
     "maybe_dense_stack",
     "non_tensor_stack",
+    "non_tensor_values",
     "root_entries",
     "td_clone",
     "td_get",
@@ -140,11 +141,168 @@ def maybe_dense_stack(tds: Sequence[TensorDictBase]) -> TensorDictBase:
 def non_tensor_stack(values: list[Any]) -> NonTensorStack:
     """``NonTensorStack.from_list(values)``, typed: one non-tensor entry per row.
 
+    A list of plain values (``str``, ``bytes``, numbers, ``None``: text, mostly) is built
+    directly, as the same objects the constructor builds (see :class:`_FlatStacks`), for a
+    fraction of its cost; anything else (a token list, which becomes a nested stack, a
+    message dict, a tensor...) goes through ``from_list``.
+
     Example:
         >>> non_tensor_stack(["a", None]).tolist()
         ['a', None]
+        >>> built, made = non_tensor_stack(["go", "look"]), NonTensorStack.from_list(["go", "look"])
+        >>> built[1].data == made[1].data and type(built[1]) is type(made[1])
+        True
     """
+    flat = _FlatStacks.get()
+    if flat is not None and values and all(type(v) in _FLAT_TYPES for v in values):
+        return flat.stack(values)
     return NonTensorStack.from_list(values)  # pyright: ignore[reportUnknownMemberType]
+
+
+def non_tensor_values(stack: NonTensorStack) -> list[Any]:
+    """``stack.tolist()`` for a one-dim stack: each row's value, read without building
+    anything for rows that are plain ``NonTensorData`` (what :func:`non_tensor_stack` builds).
+
+    Example:
+        >>> non_tensor_values(non_tensor_stack(["go", "look"]))
+        ['go', 'look']
+    """
+    flat = _FlatStacks.get()
+    if flat is not None and type(stack) is NonTensorStack and stack.stack_dim == 0 and stack.batch_dims == 1:
+        values = flat.values(stack)
+        if values is not None:
+            return values
+    return list(stack.tolist())  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+
+
+_FLAT_TYPES = frozenset({str, bytes, int, float, bool, type(None)})
+"""Values that ``NonTensorData`` stores as they are (no copy, no conversion)."""
+_NO_VALUE = object()
+# the classes, untyped: the fast paths read and set their private attributes
+_STACK: Any = NonTensorStack
+_ROW: Any = NonTensorData
+_TD: Any = TensorDict
+
+
+def _state(obj: object) -> dict[str, Any]:
+    """An object's attributes (``vars``), or {} for None: to check a layout, not on the hot path."""
+    return {} if obj is None else vars(obj)
+
+
+class _FlatStacks:
+    """Builds and reads one-dim stacks of plain values without tensordict's constructors,
+    which build and check each row generically (several microseconds a row on tensordict
+    0.14; tensordict 0.15 has a fast path of its own, still slower than this).
+
+    The layout of what the constructors build (a ``NonTensorStack`` holding one
+    ``NonTensorData`` per row, each holding an empty ``TensorDict`` and a dict whose
+    ``"data"`` is the value) is read once from ``NonTensorStack.from_list``; a tensordict
+    version whose objects do not look like that (attributes this does not know) gets no
+    fast path (:meth:`get` returns None) and every call goes through the constructors.
+    """
+
+    _instance: _FlatStacks | None = None
+    _checked = False
+    _ROW_ATTRS = frozenset({"_tensordict", "_non_tensordict", "_is_initialized"})
+    _INNER_ATTRS = frozenset({"_device", "_tensordict", "_batch_size", "_td_dim_names"})
+    _STACK_SIZED = frozenset({"tensordicts", "_batch_size"})
+
+    def __init__(self, template: Any) -> None:
+        row, inner = template.tensordicts[0], template.tensordicts[0]._tensordict
+        self._row_state: dict[str, Any] = {k: v for k, v in row._non_tensordict.items() if k != "data"}
+        self._inner_dict_type: type[Any] = type(inner._tensordict)
+        self._empty: torch.Size = inner._batch_size
+        self._stack_attrs: list[tuple[str, Any]] = [
+            (k, v) for k, v in _state(template).items() if k not in self._STACK_SIZED
+        ]
+
+    @classmethod
+    def get(cls) -> _FlatStacks | None:
+        """The builder, or None where this tensordict's objects differ from what it builds."""
+        if not cls._checked:
+            cls._checked = True
+            cls._instance = cls._verified()
+        return cls._instance
+
+    @classmethod
+    def _verified(cls) -> _FlatStacks | None:
+        values: list[Any] = ["a", None]
+        template: Any = NonTensorStack.from_list(values)  # pyright: ignore[reportUnknownMemberType]
+        rows: list[Any] = list(template.tensordicts)
+        stack_state = _state(template)
+        inner = _state(_state(rows[0]).get("_tensordict"))
+        plain = (
+            type(template) is _STACK
+            and frozenset(stack_state) >= cls._STACK_SIZED
+            and all(
+                type(v) in (type(None), int, bool, str)
+                for k, v in stack_state.items()
+                if k not in cls._STACK_SIZED
+            )
+            and all(type(r) is _ROW and frozenset(_state(r)) == cls._ROW_ATTRS for r in rows)
+            and type(_state(rows[0])["_tensordict"]) is _TD
+            and frozenset(inner) == cls._INNER_ATTRS
+            and not inner["_tensordict"]
+            and inner["_device"] is None
+            and inner["_td_dim_names"] is None
+            and not inner["_batch_size"]
+            and _state(rows[0])["_non_tensordict"].get("data") == "a"
+        )
+        if not plain:
+            return None
+        flat = cls(template)
+        built = flat.stack(values)
+        built_rows: list[Any] = built.tensordicts
+        same = (
+            _state(built).keys() == stack_state.keys()
+            and built.tolist() == values
+            and flat.values(template) == values
+            and all(
+                _state(a).keys() == _state(b).keys()
+                and _state(a)["_non_tensordict"] == _state(b)["_non_tensordict"]
+                and _state(_state(a)["_tensordict"]) == _state(_state(b)["_tensordict"])
+                for a, b in zip(built_rows, rows, strict=True)
+            )
+        )
+        return flat if same else None
+
+    def stack(self, values: list[Any]) -> NonTensorStack:
+        """The stack of ``values`` (plain values, at least one)."""
+        setattr_, new = object.__setattr__, object.__new__
+        state, inner_dict, empty = self._row_state, self._inner_dict_type, self._empty
+        rows: list[Any] = []
+        append = rows.append
+        for value in values:
+            inner = new(_TD)
+            setattr_(inner, "_device", None)
+            setattr_(inner, "_tensordict", inner_dict())
+            setattr_(inner, "_batch_size", empty)
+            setattr_(inner, "_td_dim_names", None)
+            row = new(_ROW)
+            setattr_(row, "_tensordict", inner)
+            setattr_(row, "_non_tensordict", {"data": value, **state})
+            setattr_(row, "_is_initialized", True)
+            append(row)
+        stack = new(_STACK)
+        for key, value in self._stack_attrs:
+            setattr_(stack, key, value)
+        setattr_(stack, "_batch_size", torch.Size([len(rows)]))
+        setattr_(stack, "tensordicts", rows)
+        return stack
+
+    def values(self, stack: NonTensorStack) -> list[Any] | None:
+        """Each row's value, or None if a row is not a plain ``NonTensorData``."""
+        out: list[Any] = []
+        append = out.append
+        rows: list[Any] = stack.tensordicts
+        for row in rows:
+            if type(row) is not _ROW or row._tensordict._batch_size:
+                return None
+            value = row._non_tensordict.get("data", _NO_VALUE)
+            if value is _NO_VALUE:
+                return None
+            append(value)
+        return out
 
 
 def td_unchecked(

@@ -182,7 +182,7 @@ class RandomActions:
         dtypes = {leaf.key: torch_dtype(leaf.dtype) for leaf in spec.action_leaves if not leaf.is_object}
         objects = {leaf.key for leaf in spec.action_leaves if leaf.is_object}
         td = TensorDict({}, batch_size=[])
-        for key, value in flatten_value(space, space.sample(), ("action",)):
+        for key, value in flatten_value(space, space.sample(), spec.action_root):
             if key in dtypes:
                 td.set(key, torch.as_tensor(np.asarray(value), dtype=dtypes[key]))
             elif key in objects:  # text, token lists...: as sampled

@@ -79,10 +79,10 @@ class AsyncVectorEnv(VectorEnv):
             :class:`~aenvs.SerialEnv`.
         **pool_options: further :class:`~aenvs.AsyncEnvPool` options (``step_timeout``...).
 
-    Errors inside an env surface as :class:`~aenvs.EnvError`. Spaces must have a fixed
-    shape (Box, Discrete, MultiDiscrete, MultiBinary, and Dict / Tuple of them). Envs
-    whose ``step`` / ``reset`` are ``async def`` are awaited (see :func:`aenvs._adapters.gym_async.lifted`
-    for the wrappers around them).
+    Errors inside an env surface as :class:`~aenvs.EnvError`. Every gymnasium space works:
+    one without a fixed shape (Text, Sequence, Graph, OneOf, custom) batches as a tuple of
+    each env's value, as gymnasium's. Envs whose ``step`` / ``reset`` are ``async def`` are
+    awaited (see :func:`aenvs._adapters.gym_async.lifted` for the wrappers around them).
 
     Example:
         >>> import gymnasium as gym

@@ -1,9 +1,11 @@
 """TorchRL interop, both ways (needs the ``torchrl`` extra: ``pip install aenvs[torchrl]``).
 
-- A TorchRL env (an ``EnvBase`` with batch size ``[]``) can be one of a pool's envs:
-  factories may return one, and :class:`TorchRLAdapter` runs it in any executor, laid out
-  like a gymnasium env with the same spaces (``"observation"`` and the other observation
-  keys at the root, one-hot actions taken as indices).
+- A TorchRL env (an ``EnvBase``) can be one of a pool's envs: factories may return one,
+  and :class:`TorchRLAdapter` runs it in any executor, laid out like a gymnasium env with
+  the same spaces (``"observation"`` and the other observation keys at the root, one-hot
+  actions taken as indices). ``NonTensor`` entries (text...) travel as non-tensor data,
+  tensorclass entries as their fields; envs with a batch size of their own (``[3]``) make
+  the pool's batch ``[num_envs, 3]``, as TorchRL's batched envs of batched envs have it.
 - :class:`AenvsWrapper` is a TorchRL ``EnvBase`` over an :class:`aenvs.SerialEnv` /
   :class:`aenvs.ParallelEnv`, for TorchRL's tools that want an ``EnvBase``, such as its
   single-process collector (``SyncDataCollector``, named ``Collector`` since torchrl 0.14).
@@ -33,7 +35,7 @@ from tensordict.utils import NestedKey
 
 # torchrl's names, typed Any (torchrl is an optional extra: see aenvs._adapters.torchrl)
 from aenvs._adapters.torchrl import Categorical, Composite, EnvBase, TorchRLAdapter, Unbounded, spec_of
-from aenvs._specs import Space
+from aenvs._specs import Space, observation_root, space_leaves
 from aenvs._tensors import td_keys
 
 if TYPE_CHECKING:
@@ -83,8 +85,14 @@ class AenvsWrapper(EnvBase):
         self.full_done_spec = Composite(
             done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=batch
         )
-        self._reset_keys = [leaf.key for leaf in env.env_specs[0].reset_leaves]
-        self._step_keys = [leaf.key for leaf in env.env_specs[0].step_leaves]
+        first = env.env_specs[0]
+        # observations without a fixed shape (text...) have no leaf: their keys, kept too
+        space = first.observation_space
+        objects = [
+            leaf.key for leaf in space_leaves(space, observation_root(space), objects=True) if leaf.is_object
+        ]
+        self._reset_keys = [*(leaf.key for leaf in first.reset_leaves), *objects]
+        self._step_keys = [*(leaf.key for leaf in first.step_leaves), *objects]
         self._action_keys: list[NestedKey] = list(
             self.full_action_spec.keys(include_nested=True, leaves_only=True)
         )

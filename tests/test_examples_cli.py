@@ -62,6 +62,16 @@ def test_overlap_example_reports_both_loops() -> None:
     assert number(rf"\({NUMBER} steps in", out) == [120.0] * 4  # every loop ran exactly --steps
 
 
+def test_multi_agent_example_reports_per_group_returns() -> None:
+    out = run_script(str(EXAMPLES / "multi_agent.py"), *("--steps", "200", "--num-envs", "3"))
+    assert "executor='process'" in out
+    (episodes,) = number(rf"^episodes finished: {NUMBER}$", out)
+    assert episodes >= 3  # an episode lasts at most 40 steps: each env finished some
+    (scout,) = number(rf"^scout: mean return {NUMBER} per episode", out)
+    (hauler,) = number(rf"^hauler: mean return {NUMBER} per episode", out)
+    assert scout > 0 and hauler > 0  # found food; carried while scouts were out
+
+
 # -- the command line -------------------------------------------------------------------
 
 

@@ -180,11 +180,17 @@ def _cell(cell: Any) -> Any:
 
 
 def make_adapter(env: Any) -> Any:
-    """Wrap a built env in the adapter that runs it (gymnasium, native aenvs or TorchRL)."""
+    """Wrap a built env in the adapter that runs it (gymnasium, native aenvs, multi-agent or TorchRL)."""
     if isinstance(env, Env):
         from aenvs._adapters.native import NativeAdapter  # torch is needed only for native envs
 
         return NativeAdapter(env)
+    # before gymnasium: RLlib's MultiAgentEnv is a gymnasium.Env
+    from aenvs._adapters.multi_agent import multi_agent_adapter
+
+    multi_agent = multi_agent_adapter(env)
+    if multi_agent is not None:
+        return multi_agent
     if isinstance(env, gym.Env):
         from aenvs._adapters.gym import GymAdapter
 
@@ -194,6 +200,6 @@ def make_adapter(env: Any) -> Any:
 
         return TorchRLAdapter(env)
     raise TypeError(
-        f"an env factory returned {type(env).__name__}; expected a gymnasium.Env, "
-        "an aenvs.Env, a TorchRL env or a gymnasium id string"
+        f"an env factory returned {type(env).__name__}; expected a gymnasium.Env, an aenvs.Env, "
+        "a multi-agent env (PettingZoo parallel or RLlib-style dict env), a TorchRL env or a gymnasium id string"
     )

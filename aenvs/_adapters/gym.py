@@ -16,7 +16,7 @@ import numpy as np
 from aenvs._adapters.gym_async import is_coroutine_env, lifted
 from aenvs._adapters.outcome import Outcome
 from aenvs._scalars import reward_value
-from aenvs._specs import EnvSpec, Key, action_reader, flatten_value, observation_root
+from aenvs._specs import EnvSpec, Key, action_reader, observation_root, value_flattener
 
 __all__ = ["GymAdapter"]
 
@@ -35,6 +35,7 @@ class GymAdapter:
         self._obs_space = env.observation_space
         self._obs_root = observation_root(self._obs_space)
         self._flat_obs = isinstance(self._obs_space, gym.spaces.Box | gym.spaces.Discrete)
+        self._flatten = value_flattener(self._obs_space, self._obs_root)
         self._action_space = env.action_space
         self._actions: Mapping[Key, np.ndarray] | None = None
         self._read_action: Callable[[int], Any] = lambda row: None
@@ -46,7 +47,7 @@ class GymAdapter:
     def _items(self, obs: Any) -> list[tuple[Key, Any]]:
         if self._flat_obs:
             return [(self._obs_root, obs)]
-        return list(flatten_value(self._obs_space, obs, self._obs_root))
+        return self._flatten(obs)
 
     def outcome(self, out: Any, step: bool) -> Outcome:
         """Lay out what a coroutine env's step (``step=True``) or reset returned, once awaited."""

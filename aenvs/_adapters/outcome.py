@@ -11,7 +11,15 @@ __all__ = ["Outcome"]
 
 
 class Outcome(NamedTuple):
-    """One env's reset or step result, normalised: entries plus the step scalars."""
+    """One env's reset or step result, normalised: entries plus the step scalars.
+
+    An env with a batch shape of its own (a TorchRL env of batch size ``[3]``) gives its
+    reward and done / terminated / truncated per sub-env among ``items`` (arrays of shape
+    ``[*batch_shape, 1]``, written into its rows like observations); its ``terminated`` /
+    ``truncated`` scalars then say whether any sub-env ended (the pool's "episode ended"
+    for it), and its ``reward`` is unused. Single envs keep plain scalars: nothing changes
+    on their path.
+    """
 
     items: list[tuple[Key, Any]]
     reward: float = 0.0

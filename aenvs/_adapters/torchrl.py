@@ -1,4 +1,4 @@
-"""A TorchRL env (an ``EnvBase`` of batch size ``[]``) as a pool member, in any executor."""
+"""A TorchRL env (an ``EnvBase``, of batch size ``[]`` or one of its own) as a pool member, in any executor."""
 
 from __future__ import annotations
 
@@ -6,15 +6,25 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 import torch
-from tensordict import TensorDictBase
+from gymnasium import spaces
+from tensordict import NonTensorData, NonTensorStack, TensorDictBase
 
 from aenvs._adapters.outcome import Outcome
 from aenvs._specs import EnvSpec, Key, Space
-from aenvs._tensors import td_get
+from aenvs._tensors import from_numpy, td_get
 
-__all__ = ["Categorical", "Composite", "EnvBase", "TorchRLAdapter", "Unbounded", "spec_of"]
+__all__ = [
+    "Categorical",
+    "Composite",
+    "EnvBase",
+    "NonTensorSpace",
+    "TorchRLAdapter",
+    "Unbounded",
+    "spec_of",
+]
 
 # torchrl is imported by name, in this one place (aenvs.torchrl takes its names from here): it
 # is an optional extra, absent from the venv where pyright checks aenvs, and partly unannotated,
@@ -24,6 +34,7 @@ _envs: Any = importlib.import_module("torchrl.envs")
 Categorical: Any = _data.Categorical
 Composite: Any = _data.Composite
 MultiOneHot: Any = _data.MultiOneHot
+NonTensor: Any = _data.NonTensor
 OneHot: Any = _data.OneHot
 Unbounded: Any = _data.Unbounded
 EnvBase: Any = _envs.EnvBase
@@ -32,26 +43,81 @@ step_mdp: Callable[..., TensorDictBase] = importlib.import_module("torchrl.envs.
 _gym: Any = importlib.import_module("torchrl.envs.libs.gym")
 _space_to_spec: Callable[..., Any] = _gym._gym_to_torchrl_spec_transform
 _spec_to_space: Callable[..., Space] = _gym._torchrl_to_gym_spec_transform
+_FLAGS: tuple[Key, ...] = (("done",), ("terminated",), ("truncated",))
+
+
+class NonTensorSpace(spaces.Space[Any]):
+    """The space of a TorchRL ``NonTensor`` entry: any Python value (text, token lists, messages...).
+
+    Not gymnasium's ``Text`` even for strings: a ``NonTensor`` spec says nothing of a length or
+    a charset, and ``Text``'s default charset (letters and digits) would refuse most text.
+    Its values travel as non-tensor data (an object leaf for actions).
+
+    Example:
+        >>> space = NonTensorSpace("look")
+        >>> space.sample(), space.contains("go north")
+        ('look', True)
+    """
+
+    def __init__(self, example: Any = None) -> None:
+        super().__init__(None, None)
+        self.example = example
+
+    def sample(self, mask: Any = None, probability: Any = None) -> Any:
+        """The spec's example value (TorchRL's ``NonTensor.rand`` gives it too)."""
+        return self.example
+
+    def contains(self, x: Any) -> bool:
+        """Any value belongs: the env checks what it receives."""
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NonTensorSpace) and other.example == self.example
+
+    def __hash__(self) -> int:
+        return hash(NonTensorSpace)
+
+    def __repr__(self) -> str:
+        return f"NonTensorSpace(example={self.example!r})"
 
 
 # -- a TorchRL env in a pool ---------------------------------------------------------------
 
 
+def _sub_env(spec: Any, batch_dims: int) -> Any:
+    """One sub-env's part of a spec of a batched env (``spec[0]`` per batch dim)."""
+    for _ in range(batch_dims):
+        spec = spec[0]
+    return spec
+
+
 def _space(spec: Any) -> Space:
-    """A TorchRL spec as a gymnasium space, its one-hot leaves as index spaces."""
+    """A TorchRL spec (one sub-env's) as a gymnasium space: one-hot leaves as index spaces,
+    ``NonTensor`` ones as :class:`NonTensorSpace`, a tensorclass ``Composite`` as a ``Dict``
+    of its fields."""
+    if isinstance(spec, Composite):
+        return spaces.Dict({str(key): _space(sub) for key, sub in spec.items()})
+    if isinstance(spec, NonTensor):
+        return NonTensorSpace(spec.example_data)
     if isinstance(spec, OneHot | MultiOneHot):
         spec = spec.to_categorical_spec()
-    elif isinstance(spec, Composite):
-        spec = spec.clone()
-        for key, leaf in list(spec.items(include_nested=True, leaves_only=True)):
-            if isinstance(leaf, OneHot | MultiOneHot):
-                spec[key] = leaf.to_categorical_spec()
     return _spec_to_space(spec, categorical_action_encoding=True)
 
 
+def _tensorclasses(spec: Any, path: Key = ()) -> list[tuple[Key, Any]]:
+    """The tensorclass entries of a Composite (key, class), outermost first."""
+    found: list[tuple[Key, Any]] = []
+    for key, sub in spec.items():
+        if isinstance(sub, Composite):
+            if sub.data_cls is not None:
+                found.append(((*path, str(key)), sub.data_cls))
+            found.extend(_tensorclasses(sub, (*path, str(key))))
+    return found
+
+
 class TorchRLAdapter:
-    """Runs a TorchRL env (batch size ``[]``) as a pool member, as :class:`~aenvs._adapters.gym.GymAdapter`
-    runs a gymnasium env.
+    """Runs a TorchRL env as a pool member, as :class:`~aenvs._adapters.gym.GymAdapter` runs a
+    gymnasium env.
 
     Its observation entries (``full_observation_spec``) are the observation keys, its
     action entries (``full_action_spec``) the action keys; a one-hot action is sent as an
@@ -59,8 +125,18 @@ class TorchRLAdapter:
     steps the adapter keeps the env's last output (TorchRL's ``step_mdp``), so envs that
     read their state from the input TensorDict work too.
 
+    - ``NonTensor`` entries (text...): observations arrive as non-tensor data, actions are
+      object leaves (one Python value per env), set into the env's input as ``NonTensorData``.
+    - Tensorclass entries (a ``Composite`` with a ``data_cls``) are carried as their fields:
+      the pool's batch holds a sub-TensorDict at their key (``data_cls.from_tensordict``
+      rebuilds one); actions given that way are made tensorclasses again for the env.
+    - An env with a batch size of its own (``[3]``) is one member whose leaves all start
+      with that shape (``EnvSpec.batch_shape``; the spaces are one sub-env's) and whose flags
+      are per sub-env. Its episode "ends" when any sub-env is done: a step-and-reset then
+      resets only those (TorchRL's ``"_reset"`` mask), as TorchRL's batched envs do.
+
     Args:
-        env: the TorchRL env (an ``EnvBase`` of batch size ``[]``).
+        env: the TorchRL env (an ``EnvBase``).
 
     Example:
         >>> import asyncio
@@ -76,47 +152,101 @@ class TorchRLAdapter:
     is_async = False
 
     def __init__(self, env: Any) -> None:
-        if tuple(env.batch_size):
-            raise ValueError(
-                f"a TorchRL env in a pool must have batch size [] (one env per slot), got "
-                f"{list(env.batch_size)}: give the pool one factory per env instead"
-            )
         self.env: Any = env  # a TorchRL EnvBase
+        self.batch_shape: tuple[int, ...] = tuple(env.batch_size)
+        dims = len(self.batch_shape)
+        action_spec, observation_spec = env.full_action_spec, env.full_observation_spec
         action_specs: dict[Key, Any] = {
-            _as_key(key): leaf
-            for key, leaf in env.full_action_spec.items(include_nested=True, leaves_only=True)
+            _as_key(key): leaf for key, leaf in action_spec.items(include_nested=True, leaves_only=True)
+        }
+        observation_specs: dict[Key, Any] = {
+            _as_key(key): leaf for key, leaf in observation_spec.items(include_nested=True, leaves_only=True)
         }
         if list(action_specs) == [("action",)]:  # the usual single action: a space, not a Dict
-            action_space = _space(action_specs[("action",)])
+            action_space = _space(_sub_env(action_specs[("action",)], dims))
             env_keys = {("action",): ("action",)}
         else:  # several action entries: nested under "action" in the pool, where they are in the env
-            action_space = _space(env.full_action_spec)
+            action_space = _space(_sub_env(action_spec, dims))
             env_keys = {("action", *key): key for key in action_specs}
-        self.spec = EnvSpec.from_spaces(_space(env.full_observation_spec), action_space)
+        self.spec = EnvSpec.from_spaces(
+            _space(_sub_env(observation_spec, dims)), action_space, batch_shape=self.batch_shape
+        )
         self._observation_keys = list(self.spec.observation_keys)
-        # per action leaf of the pool: the env's key, and the one-hot spec that encodes it if any
+        self._object_observations = [k for k, s in observation_specs.items() if isinstance(s, NonTensor)]
+        # per action leaf of the pool: the env's key, the one-hot spec that encodes it if any,
+        # and whether it is non-tensor data
         self._actions = [
-            (key, env_key, _categorical(action_specs[env_key])) for key, env_key in env_keys.items()
+            (key, env_key, _categorical(action_specs[env_key]), isinstance(action_specs[env_key], NonTensor))
+            for key, env_key in env_keys.items()
         ]
+        self._action_classes = _tensorclasses(action_spec)
+        if dims and (self._object_observations or any(obj for *_, obj in self._actions)):
+            raise ValueError(
+                f"a TorchRL env of batch size {list(self.batch_shape)} with non-tensor entries "
+                f"({', '.join(map(_name, self._object_observations + [k for k, *_, o in self._actions if o]))}) "
+                "cannot be a pool member: give the pool one factory per sub-env instead"
+            )
         self._td: TensorDictBase | None = None
+        self._ended: torch.Tensor | None = None  # a batched env's sub-envs done at its last step
+        if dims:  # per sub-env flags: written through the step's items, not Outcome's scalars
+            self.autoreset = self._autoreset
 
     def outcome(self, out: Any, step: bool) -> Outcome:  # pragma: no cover - TorchRL envs are never async
         """Never called: a TorchRL env returns its results directly, not as awaitables (raises TypeError)."""
         raise TypeError("TorchRL envs return their results directly")
 
     def _items(self, td: TensorDictBase) -> list[tuple[Key, Any]]:
-        return [(key, td[key].numpy()) for key in self._observation_keys]
+        items: list[tuple[Key, Any]] = [(key, td[key].numpy()) for key in self._observation_keys]
+        for key in self._object_observations:
+            value = td_get(td, key)
+            if isinstance(value, NonTensorStack):
+                value = value.tolist()
+            elif isinstance(value, NonTensorData):
+                value = value.data
+            items.append((key, value))
+        return items
+
+    def _reset_items(self, td: TensorDictBase) -> list[tuple[Key, Any]]:
+        items = self._items(td)
+        if self.batch_shape:  # a partial reset leaves the other sub-envs' flags as they were
+            items.extend(_flags(td))
+        return items
 
     def reset(self, seed: int | None, options: Mapping[str, Any] | None) -> Outcome:
-        """Reset the env (seeded first with ``env.set_seed(seed)`` if ``seed`` is given); TorchRL
-        envs take no reset ``options``."""
+        """Reset the env (seeded first with ``env.set_seed(seed)`` if ``seed`` is given).
+
+        TorchRL envs take no other reset ``options`` than, for a batched env, ``"_reset"``:
+        a bool mask of its batch shape (``[..., 1]`` accepted) naming the sub-envs to reset.
+        """
+        mask = None
         if options:
-            raise ValueError(f"TorchRL envs take no reset options, got {sorted(options)}")
+            mask = options.get("_reset") if self.batch_shape else None
+            if mask is None or len(options) > 1:
+                raise ValueError(f"TorchRL envs take no reset options, got {sorted(options)}")
         if seed is not None:
             self.env.set_seed(seed)
+        if mask is not None and self._td is not None:
+            return self._partial_reset(torch.as_tensor(np.asarray(mask), dtype=torch.bool))
         td: TensorDictBase = self.env.reset()
-        self._td = td
-        return Outcome(self._items(td))
+        self._td, self._ended = td, None
+        return Outcome(self._reset_items(td))
+
+    def _partial_reset(self, mask: torch.Tensor) -> Outcome:
+        """Reset the sub-envs of ``mask`` (a batched env's), the others keeping their episode."""
+        td = self._td
+        assert td is not None
+        mask = mask.reshape(*self.batch_shape, -1).any(-1, keepdim=True)
+        td.set("_reset", mask)
+        out: TensorDictBase = self.env.reset(td)
+        out = out.exclude("_reset") if td_get(out, "_reset") is not None else out
+        self._td, self._ended = out, None
+        return Outcome(self._reset_items(out))
+
+    def _autoreset(self) -> Outcome:
+        """A batched env's reset after a step where some sub-env ended: those only."""
+        if self._ended is None:
+            return self.reset(None, None)
+        return self._partial_reset(self._ended)
 
     def step(self, actions: Mapping[Key, npt.NDArray[Any]], row: int) -> Outcome:
         """Step the env with row ``row`` of ``actions`` (one-hot encoded where its action spec is
@@ -124,16 +254,31 @@ class TorchRLAdapter:
         td = self._td
         if td is None:
             raise RuntimeError("step before the first reset")
-        for key, env_key, one_hot in self._actions:
+        for key, env_key, one_hot, is_object in self._actions:
+            if is_object:  # the env's own value, as sent (text, tokens...)
+                td.set_non_tensor(env_key, actions[key][row])
+                continue
             value = torch.tensor(actions[key][row])  # a copy: the row is overwritten by the next send
             if one_hot is not None:
                 categorical, dtype = one_hot
                 value = categorical.to_one_hot(value).to(dtype)
             td.set(env_key, value)
+        for key, cls in self._action_classes:  # fields set into a plain TensorDict: the class again
+            value = td_get(td, key)
+            if not isinstance(value, cls):
+                td.set(key, cls.from_tensordict(value))
         out: TensorDictBase = self.env.step(td)
         nxt: TensorDictBase = out["next"]
-        terminated, truncated = _episode_end(nxt)
         self._td = step_mdp(out, keep_other=True)
+        if self.batch_shape:
+            flags = _flags(nxt)
+            done = flags[0][1]
+            self._ended = from_numpy(done) if done.any() else None
+            items = self._items(nxt)
+            items.append((("reward",), nxt["reward"].reshape(*self.batch_shape, 1).numpy()))
+            items.extend(flags)
+            return Outcome(items, 0.0, bool(flags[1][1].any()), bool(flags[2][1].any()))
+        terminated, truncated = _episode_end(nxt)
         return Outcome(self._items(nxt), float(nxt["reward"]), terminated, truncated)
 
     def seed(self, seed: int | None) -> None:
@@ -166,8 +311,24 @@ def _episode_end(nxt: TensorDictBase) -> tuple[bool, bool]:
     return terminated or (done and not truncated), truncated
 
 
+def _flags(td: TensorDictBase) -> list[tuple[Key, npt.NDArray[np.bool_]]]:
+    """A batched env's done / terminated / truncated per sub-env (``[*batch, 1]``), by the rule
+    of :func:`_episode_end` applied to each."""
+    shape = (*td.batch_size, 1)
+    done, terminated, truncated = (
+        np.zeros(shape, bool) if flag is None else flag.reshape(shape).numpy(force=True)
+        for flag in (td_get(td, key) for key in _FLAGS)
+    )
+    terminated = terminated | (done & ~truncated)
+    return list(zip(_FLAGS, (terminated | truncated, terminated, truncated), strict=True))
+
+
 def _as_key(key: str | tuple[str, ...]) -> Key:
     return (key,) if isinstance(key, str) else tuple(key)
+
+
+def _name(key: Key) -> str:
+    return ".".join(key)
 
 
 def _categorical(spec: Any) -> tuple[Any, torch.dtype] | None:
@@ -177,6 +338,20 @@ def _categorical(spec: Any) -> tuple[Any, torch.dtype] | None:
     return None
 
 
+def _non_tensor_spec(space: NonTensorSpace, *args: Any, device: Any = None, **kwargs: Any) -> Any:
+    """:class:`NonTensorSpace` back to TorchRL (``NonTensor``), also inside ``Dict`` spaces."""
+    return NonTensor(shape=(), device=device, example_data=space.example)
+
+
+_gym.register_gym_spec_conversion(NonTensorSpace)(_non_tensor_spec)
+
+
 def spec_of(space: Space) -> Any:
-    """A gymnasium space as a TorchRL spec (discrete spaces as categorical, not one-hot)."""
+    """A gymnasium space as a TorchRL spec (discrete spaces as categorical, not one-hot;
+    :class:`NonTensorSpace` as ``NonTensor``).
+
+    Example:
+        >>> type(spec_of(NonTensorSpace("hi"))).__name__
+        'NonTensor'
+    """
     return _space_to_spec(space, categorical_action_encoding=True)

@@ -6,11 +6,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from aenvs._env import EnvFn
+from aenvs._errors import EnvError
 from aenvs._specs import EnvSpec
 from aenvs.executors import Executor, make_executor
 
 __all__ = [
     "StackMode",
+    "check_batch_shapes",
     "check_choices",
     "check_not_negative",
     "env_fns_list",
@@ -120,6 +122,28 @@ def make_kwargs_by_env(
     if len(make_kwargs) != num_envs:
         raise ValueError(f"make_kwargs has {len(make_kwargs)} entries for {num_envs} envs")
     return dict(enumerate(make_kwargs))
+
+
+def check_batch_shapes(specs: Sequence[EnvSpec]) -> None:
+    """Refuse members whose own batch shapes differ (a TorchRL env of batch size ``[3]`` beside
+    one of ``[]`` or ``[2]``): the pool's batch is ``[num_envs, *batch_shape]``, one shape for all.
+
+    Example:
+        >>> from gymnasium import spaces
+        >>> box, two = spaces.Box(-1, 1, (2,)), spaces.Discrete(2)
+        >>> check_batch_shapes([EnvSpec.from_spaces(box, two, batch_shape=(3,)), EnvSpec.from_spaces(box, two)])
+        Traceback (most recent call last):
+        ...
+        aenvs._errors.EnvError: env 1 has batch size [] but env 0 has batch size [3]: ...
+    """
+    for i, spec in enumerate(specs[1:], start=1):
+        if spec.batch_shape != specs[0].batch_shape:
+            message = (
+                f"env {i} has batch size {list(spec.batch_shape)} but env 0 has batch size "
+                f"{list(specs[0].batch_shape)}: every env of a pool must have the same one (the "
+                "pool's batch is [num_envs, *batch size]); use one pool per batch size"
+            )
+            raise EnvError(i, "make", exc_type="ValueError", message=message)
 
 
 def is_dense(stack: StackMode, specs: Sequence[EnvSpec]) -> bool:

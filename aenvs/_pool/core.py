@@ -169,6 +169,7 @@ class AsyncEnvPool:
             try:
                 buffers = self._executor.buffers
                 assert buffers is not None
+                arguments.check_batch_shapes(specs)
                 self._batcher = Batcher(specs, buffers, dense=arguments.is_dense(self._stack, specs))
             except BaseException:
                 self._closed = True
@@ -240,7 +241,10 @@ class AsyncEnvPool:
 
     @property
     def batch_size(self) -> torch.Size:
-        return torch.Size([self.num_envs])
+        """``[num_envs]``, or ``[num_envs, *batch_shape]`` for members with a batch shape of
+        their own (TorchRL envs of batch size ``[3]``; known once the pool started)."""
+        batch_shape = self._batcher.batch_shape if self._batcher is not None else ()
+        return torch.Size([self.num_envs, *batch_shape])
 
     @property
     def is_closed(self) -> bool:

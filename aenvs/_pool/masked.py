@@ -22,7 +22,7 @@ from aenvs._commands import CommandKind
 from aenvs._pool.parts import PoolParts
 from aenvs._pool.sending import EnvIndex, Seed
 from aenvs._seeding import seed_chain
-from aenvs._tensors import td_keys
+from aenvs._tensors import td_get, td_keys
 
 __all__ = ["WholeBatchCalls", "has_step_masks"]
 
@@ -34,6 +34,8 @@ class Batched(Protocol):
 
     @property
     def is_dense(self) -> bool: ...
+    @property
+    def batch_size(self) -> torch.Size: ...
     async def async_reset_recv(self, *, env_index: EnvIndex | None = None) -> TensorDictBase: ...
     async def async_step_recv(self, *, env_index: EnvIndex | None = None) -> TensorDictBase: ...
     async def async_step_and_maybe_reset_recv(
@@ -134,15 +136,16 @@ class WholeBatchCalls:
         plan = masks.plan_reset(td, done_keys)
         previous = masks.strip_masks(td)
         indices = sender.targets(previous, env_index)
-        rows_env_index = torch.tensor(indices, dtype=torch.long)
+        rows_env_index = self._env_index(indices)
         targets = [indices[r] for r in plan.rows]
+        sub_envs = None if plan.groups is not None else self._sub_env_options(td, plan.rows)
         if not targets:
             out = previous.copy()
             out.set("env_index", rows_env_index)
             return out
-        if plan.groups is None:
+        if plan.groups is None and sub_envs is None:
             sender.send_reset(None, targets, seed, options)
-        else:  # one command per env: each gets its groups' masks in its options
+        else:  # one command per env: each gets its groups' (or sub-envs') masks in its options
             sender.targets(None, targets)  # all free, before dispatching any
             if seed is None:
                 seeds: list[Seed] = [None] * len(targets)
@@ -152,7 +155,8 @@ class WholeBatchCalls:
                 seeds = [[s] for s in seed]
                 if len(seeds) != len(targets):
                     raise ValueError(f"{len(seeds)} seeds for {len(targets)} envs")
-            for i, env_seed, env_options in zip(targets, seeds, plan.options, strict=True):
+            per_env = plan.options if sub_envs is None else sub_envs
+            for i, env_seed, env_options in zip(targets, seeds, per_env, strict=True):
                 sender.send_reset(None, [i], env_seed, {**(options or {}), **(env_options or {})})
         reset = await self._receive_all(_RESET, targets)
         return masks.merge_reset(previous, reset, plan, rows_env_index)
@@ -185,7 +189,7 @@ class WholeBatchCalls:
             except BaseException as exc:
                 self._parts.abandoned.give_up(exc, kind, targets)
                 raise
-        rows_env_index = torch.tensor(indices, dtype=torch.long)
+        rows_env_index = self._env_index(indices)
         template = self._zeros(indices, "step", dense)
         out = masks.merge_step(
             previous, stepped if stepped is not None else template[:0], rows, template, rows_env_index
@@ -199,9 +203,36 @@ class WholeBatchCalls:
         next_td.set("env_index", rows_env_index)
         carried_done = masks.done_rows(previous) & ~mask
         if bool(carried_done.any()):  # envs not stepped whose input is done: reset them, as TorchRL does
-            next_td.set(masks.RESET_KEY, carried_done.unsqueeze(-1))
+            reset = carried_done.unsqueeze(-1)
+            shape = pool.batch_size[1:]
+            done = td_get(previous, "done") if shape else None
+            if isinstance(done, torch.Tensor):  # members with sub-envs: those done, of those not stepped
+                reset = done.reshape(-1, *shape, 1) & ~mask.reshape(-1, *(1 for _ in shape), 1)
+            next_td.set(masks.RESET_KEY, reset)
             next_td = await pool.reset(next_td)
         return out, next_td
+
+    def _env_index(self, indices: list[int]) -> torch.Tensor:
+        """The "env_index" entry of a batch of ``indices``, expanded over the members' own batch
+        shape if they have one (as the pool's batches carry it)."""
+        env_index = torch.tensor(indices, dtype=torch.long)
+        shape = self._pool.batch_size[1:]
+        if shape:
+            env_index = env_index.reshape(-1, *(1 for _ in shape)).expand(-1, *shape).clone()
+        return env_index
+
+    def _sub_env_options(self, td: TensorDictBase, rows: list[int]) -> list[dict[str, Any] | None] | None:
+        """For members with a batch shape of their own and a root ``"_reset"`` per sub-env
+        (``[B, *batch_shape, 1]``): per row of ``rows``, the reset options naming its sub-envs
+        to reset (TorchRL envs reset those only). None when there is nothing per sub-env."""
+        shape = self._pool.batch_size[1:]
+        mask = td_get(td, masks.RESET_KEY) if shape else None
+        if not isinstance(mask, torch.Tensor) or mask.dim() < 1 + len(shape):
+            return None
+        if tuple(mask.shape[1 : 1 + len(shape)]) != tuple(shape):
+            return None
+        per_sub_env = mask.reshape(mask.shape[0], *shape, -1).any(-1, keepdim=True).numpy(force=True)
+        return [{masks.RESET_KEY: per_sub_env[r].copy()} for r in rows]
 
     def _zeros(self, indices: list[int], which: Literal["step", "reset"], dense: bool) -> TensorDictBase:
         """Zeros laid out as the step results (or reset results) of ``indices``."""

@@ -19,10 +19,10 @@ from aenvs._pool.abandoned import AbandonedCommands
 from aenvs._pool.failures import Failures
 from aenvs._pool.receiving import Receiver
 from aenvs._pool.restarts import RestartSupervisor
-from aenvs._pool.sending import TD_ENV_INDEX, EnvIndex, Sender
+from aenvs._pool.sending import TD_ENV_INDEX, EnvIndex, Sender, member_index
 from aenvs._pool.slots import SlotTable
 from aenvs._pool.stats import PoolStats
-from aenvs._tensors import td_get, td_keys
+from aenvs._tensors import td_keys
 from aenvs.executors import Executor
 
 __all__ = ["PoolParts"]
@@ -128,7 +128,7 @@ class PoolParts:
             indices = self.sender.indices(env_index)
             given = cast(object, td)  # a non-TensorDict is refused by the send, after this
             if indices is None and isinstance(given, TensorDictBase) and "env_index" in td_keys(given):
-                indices = self.sender.indices(td_get(td, "env_index"), TD_ENV_INDEX)
+                indices = self.sender.indices(member_index(td), TD_ENV_INDEX)
             await self.restarts.settle(self.sender.all_envs if indices is None else indices)
 
     async def targets(self, env_index: EnvIndex | None) -> list[int]:

@@ -7,6 +7,7 @@ Functions over a pool's public methods (reset, step, step_and_maybe_reset, env_s
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -18,11 +19,11 @@ from tensordict import (
 )
 
 from aenvs import _masks as masks
-from aenvs._batching import lazy_legacy_env_kept
+from aenvs._extras import lazy_legacy_env_kept
 from aenvs._indices import read_env_index
 from aenvs._layout import step_mdp
+from aenvs._pool.sending import member_index
 from aenvs._sampling import random_actions
-from aenvs._tensors import td_get
 
 __all__ = ["apply_policy", "rand_action", "rollout", "stack_steps"]
 
@@ -61,16 +62,27 @@ def rand_action(
     """:meth:`aenvs.AsyncEnvPool.rand_action`: random actions for ``td``'s envs (or all), written into it."""
     specs = pool.env_specs
     indices = list(range(pool.num_envs))
-    env_index = None if td is None else td_get(td, "env_index")
+    env_index = None if td is None else member_index(td)
     if env_index is not None:
         indices = (
             read_env_index(env_index, pool.num_envs, "the input's 'env_index' entry")
             if env_index.numel()
             else []
         )
-    actions = random_actions(
-        [specs[i].action_space for i in indices], dense=pool.is_dense, generator=generator
-    )
+    batch_shape = specs[0].batch_shape if specs else ()
+    if batch_shape:  # members with a batch shape of their own: one draw per sub-env
+        count = math.prod(batch_shape)
+        spaces = [specs[i].action_space for i in indices for _ in range(count)]
+        roots = [specs[i].action_root for i in indices for _ in range(count)]
+        actions = random_actions(spaces, dense=pool.is_dense, generator=generator, roots=roots)
+        actions = actions.reshape(torch.Size([len(indices), *batch_shape]))  # pyright: ignore[reportUnknownMemberType]
+    else:
+        actions = random_actions(
+            [specs[i].action_space for i in indices],
+            dense=pool.is_dense,
+            generator=generator,
+            roots=[specs[i].action_root for i in indices],
+        )
     if td is None:
         return actions
     td.update(actions)  # pyright: ignore[reportUnknownMemberType]
@@ -78,10 +90,14 @@ def rand_action(
 
 
 def stack_steps(steps: list[TensorDictBase], contiguous: bool) -> TensorDictBase:
-    """Stack a rollout's steps on a time dim (dense where possible with ``contiguous``)."""
+    """Stack a rollout's steps on a time dim, last (after the members' own batch dims, as
+    TorchRL's rollouts have it), dense where possible with ``contiguous``."""
+    dim = steps[0].batch_dims
     with lazy_legacy_env_kept():  # the steps' infos may differ in keys
         return (
-            maybe_dense_stack(steps, dim=1) if contiguous else LazyStackedTensorDict.lazy_stack(steps, dim=1)
+            maybe_dense_stack(steps, dim=dim)
+            if contiguous
+            else LazyStackedTensorDict.lazy_stack(steps, dim=dim)
         )
 
 

@@ -22,11 +22,27 @@ from aenvs._specs import EnvSpec
 from aenvs._tensors import td_get
 from aenvs.executors import Executor
 
-__all__ = ["TD_ENV_INDEX", "EnvIndex", "Seed", "Sender"]
+__all__ = ["TD_ENV_INDEX", "EnvIndex", "Seed", "Sender", "member_index"]
 
 EnvIndex = int | Sequence[int] | torch.Tensor
 Seed = int | Sequence[int | None] | None
 TD_ENV_INDEX = "the input's 'env_index' entry"
+
+
+def member_index(td: TensorDictBase) -> Any:
+    """``td["env_index"]`` (None if absent), one per env: a batch of members with a batch
+    shape of their own carries it expanded over their sub-envs (``[B, *batch_shape]``).
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> td = TensorDict({"env_index": torch.tensor([[2, 2], [0, 0]])}, [2, 2])
+        >>> member_index(td).tolist()
+        [2, 0]
+    """
+    value = td_get(td, "env_index")
+    if isinstance(value, torch.Tensor) and value.dim() > 1 and td.batch_dims > 1:
+        return value.flatten(1)[:, 0]
+    return value
 
 
 class Sender:
@@ -102,7 +118,7 @@ class Sender:
         """The envs a command goes to (``env_index``, ``td["env_index"]`` or all), each free."""
         indices = self.indices(env_index)
         if indices is None and td is not None:
-            indices = self.indices(td_get(td, "env_index"), TD_ENV_INDEX)
+            indices = self.indices(member_index(td), TD_ENV_INDEX)
         if indices is None:
             if td is not None and td.batch_size[:1] != torch.Size([self.num_envs]):
                 raise ValueError(

@@ -13,10 +13,10 @@ from collections.abc import Callable, Collection, Sequence
 
 from tensordict import TensorDictBase
 
-from aenvs._batching import Inputs
 from aenvs._commands import TRANSITIONS, CommandKind, Completion
 from aenvs._env import EnvState
 from aenvs._errors import EnvBusyError
+from aenvs._gathering import Inputs
 
 __all__ = ["SlotTable"]
 

@@ -8,14 +8,14 @@ only runs the closures, with no dispatch on the space.
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from gymnasium import spaces
 
 from aenvs._specs import Key
-from aenvs._vector.spaces import dict_parts, tuple_parts
+from aenvs._vector.spaces import dict_parts, is_array_space, tuple_parts
 
 if TYPE_CHECKING:
     from tensordict import TensorDictBase
@@ -26,7 +26,8 @@ ActionWriter = Callable[[Any, dict[str, Any]], None]
 
 
 def obs_reader(space: spaces.Space[Any], path: Key) -> Callable[[TensorDictBase], Any]:
-    """A function taking the batch of ``space`` out of a TensorDict, as gymnasium batches it.
+    """A function taking the batch of ``space`` out of a TensorDict, as gymnasium batches it:
+    arrays for fixed-shape parts, a tuple of each env's value for the others.
 
     Example:
         >>> import torch
@@ -41,6 +42,10 @@ def obs_reader(space: spaces.Space[Any], path: Key) -> Callable[[TensorDictBase]
     if (subs := tuple_parts(space)) is not None:
         readers = [obs_reader(sub, (*path, str(i))) for i, sub in enumerate(subs)]
         return lambda td: tuple(read(td) for read in readers)
+    if not is_array_space(space):  # a non-tensor entry: a tuple of the envs' values
+        from aenvs._vector.values import object_reader
+
+        return object_reader(space, path)
     dtype = np.dtype(space.dtype) if space.dtype is not None else None
     key = path[0] if len(path) == 1 else path
     return lambda td: td[key].numpy().astype(dtype, copy=False)
@@ -66,8 +71,10 @@ class NotABatch(Exception):
 def action_writer(space: spaces.Space[Any], path: Key, n: int) -> ActionWriter:
     """A function writing a batch of ``n`` actions of ``space`` (numpy) into a nested dict of tensors.
 
-    It raises :class:`NotABatch` for a single value where a batch is due, ValueError for
-    a batch of the wrong shape.
+    A part without a fixed shape (``Text``, ``Sequence``, ``Graph``, ``OneOf``, a custom
+    space) takes any iterable of ``n`` values (a tuple, as its batched space samples it) and
+    becomes a non-tensor entry with one value per env. It raises :class:`NotABatch` for a
+    single value where a batch is due, ValueError for a batch of the wrong shape or length.
 
     Example:
         >>> out = {}
@@ -101,6 +108,8 @@ def action_writer(space: spaces.Space[Any], path: Key, n: int) -> ActionWriter:
                 write(part, node)
 
         return write_tuple
+    if not is_array_space(space):
+        return _object_writer(space, path[-1], n, label)
     from aenvs._tensors import from_numpy
 
     # Discrete and MultiDiscrete actions travel as int64, MultiBinary as int8, Box as its dtype
@@ -127,3 +136,27 @@ def action_writer(space: spaces.Space[Any], path: Key, n: int) -> ActionWriter:
         out[name] = from_numpy(array)
 
     return write_leaf
+
+
+def _object_writer(space: spaces.Space[Any], name: str, n: int, label: str) -> ActionWriter:
+    """The writer of a part without a fixed shape: each env's value in a non-tensor entry."""
+    from aenvs._tensors import non_tensor_stack
+
+    expected = f"a tuple of {n} values, one per env"
+
+    def write_objects(actions: Any, out: dict[str, Any]) -> None:
+        if isinstance(actions, str | bytes) or not isinstance(actions, Iterable) or _is_scalar(actions):
+            raise NotABatch(label, expected, actions, True)
+        if isinstance(actions, Mapping):  # iterating would give its keys
+            raise NotABatch(label, expected, actions, False)
+        values = list(cast("Iterable[Any]", actions))
+        if len(values) != n:
+            raise ValueError(f"{label} have {len(values)} values, expected {n} (one per env) for {space}")
+        out[name] = non_tensor_stack(values)
+
+    return write_objects
+
+
+def _is_scalar(value: Any) -> bool:
+    """A 0-d array or tensor: iterable by type, not by value."""
+    return getattr(value, "ndim", None) == 0

@@ -8,6 +8,7 @@ carried beside the pool's layout (infos, float64 rewards) into vector infos.
 from __future__ import annotations
 
 from collections.abc import Callable
+from copy import deepcopy
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -18,6 +19,7 @@ from gymnasium.vector.utils import create_empty_array
 from aenvs._adapters.autoreset import Carry
 from aenvs._specs import observation_root
 from aenvs._vector.conversion import obs_reader
+from aenvs._vector.spaces import dict_parts, is_array_space, tuple_parts
 
 if TYPE_CHECKING:
     from tensordict import TensorDictBase
@@ -55,6 +57,8 @@ class Results:
         self.ended = np.zeros(num_envs, dtype=np.bool_)
         """Which envs ended their episode on the last step (and were not reset since)."""
         self._read_obs = obs_reader(observation_space, observation_root(observation_space))
+        self._copy = tree_copy(observation_space)
+        self._set_rows = tree_set_rows(observation_space, num_envs)
         self._add_info = add_info
 
     def reset(self, td: TensorDictBase, rows: list[int], copy: bool) -> tuple[Any, dict[str, Any]]:
@@ -67,7 +71,7 @@ class Results:
             self.ended[:] = False
         else:
             index = np.asarray(rows)
-            self.observations = tree_set_rows(self.observations, obs, index)
+            self.observations = self._set_rows(self.observations, obs, index)
             self.ended[index] = False
         infos: dict[str, Any] = {}
         carries = read_carries(td, n)
@@ -75,7 +79,7 @@ class Results:
             for row, carried in zip(rows, carries, strict=True):
                 if carried is not None:
                     infos = self._add_info(infos, carried.info, row)
-        return (tree_copy(self.observations) if copy else self.observations), infos
+        return (self._copy(self.observations) if copy else self.observations), infos
 
     def step(self, td: TensorDictBase, copy: bool) -> StepReturn:
         """What a step of every env returns (observations copied if ``copy``), from the pool's
@@ -94,7 +98,7 @@ class Results:
                     if carried.reward is not None:
                         rewards[i] = carried.reward
                     infos = self._add_info(infos, carried.info, i)
-        obs = tree_copy(self.observations) if copy else self.observations
+        obs = self._copy(self.observations) if copy else self.observations
         return obs, rewards, terminations, truncations, infos
 
 
@@ -114,31 +118,62 @@ def read_carries(td: TensorDictBase, n: int) -> list[Carry | None] | None:
     return [v if isinstance(v, Carry) else None for v in values]
 
 
-def tree_copy(value: Any) -> Any:
-    """A copy of a batch of observations: an array, or a dict or tuple of them.
+Copier = Callable[[Any], Any]
+RowSetter = Callable[[Any, Any, "npt.NDArray[np.intp]"], Any]
+
+
+def tree_copy(space: spaces.Space[Any]) -> Copier:
+    """A function copying a batch of ``space``: arrays copied, the tuples of the parts
+    without a fixed shape deep-copied (gymnasium deep-copies its batches); built once.
 
     Example:
-        >>> tree_copy({"a": np.zeros(2)})
+        >>> tree_copy(spaces.Dict({"a": spaces.Discrete(2)}))({"a": np.zeros(2)})
         {'a': array([0., 0.])}
+        >>> tree_copy(spaces.Text(4))(("ab", "c"))
+        ('ab', 'c')
     """
-    if isinstance(value, np.ndarray):
-        return cast("npt.NDArray[Any]", value).copy()
-    if isinstance(value, dict):
-        return {k: tree_copy(v) for k, v in cast("dict[str, Any]", value).items()}
-    return tuple(tree_copy(v) for v in value)
+    if (items := dict_parts(space)) is not None:
+        parts = [(k, tree_copy(sub)) for k, sub in items]
+        return lambda value: {k: copy_part(value[k]) for k, copy_part in parts}
+    if (subs := tuple_parts(space)) is not None:
+        copies = [tree_copy(sub) for sub in subs]
+        return lambda value: tuple(copy_part(v) for copy_part, v in zip(copies, value, strict=True))
+    if is_array_space(space):
+        return lambda value: cast("npt.NDArray[Any]", value).copy()
+    return deepcopy
 
 
-def tree_set_rows(old: Any, new: Any, rows: npt.NDArray[np.intp]) -> Any:
-    """A copy of ``old`` with ``rows`` taken from ``new`` (which holds only those rows).
+def tree_set_rows(space: spaces.Space[Any], num_envs: int) -> RowSetter:
+    """A function ``(old, new, rows)`` returning a copy of the batch ``old`` of ``space`` with
+    ``rows`` taken from ``new`` (which holds only those rows); built once.
 
     Example:
-        >>> tree_set_rows(np.zeros(3), np.ones(1), np.array([1]))
+        >>> tree_set_rows(spaces.Discrete(2), 3)(np.zeros(3), np.ones(1), np.array([1]))
         array([0., 1., 0.])
+        >>> tree_set_rows(spaces.Text(4), 3)(("a", "b", "c"), ("x",), np.array([2]))
+        ('a', 'b', 'x')
     """
-    if isinstance(old, np.ndarray):
-        out = cast("npt.NDArray[Any]", old).copy()
-        out[rows] = new
-        return out
-    if isinstance(old, dict):
-        return {k: tree_set_rows(v, new[k], rows) for k, v in cast("dict[str, Any]", old).items()}
-    return tuple(tree_set_rows(o, n, rows) for o, n in zip(old, new, strict=True))
+    if (items := dict_parts(space)) is not None:
+        parts = [(k, tree_set_rows(sub, num_envs)) for k, sub in items]
+        return lambda old, new, rows: {k: set_rows(old[k], new[k], rows) for k, set_rows in parts}
+    if (subs := tuple_parts(space)) is not None:
+        setters = [tree_set_rows(sub, num_envs) for sub in subs]
+        return lambda old, new, rows: tuple(
+            set_rows(o, n, rows) for set_rows, o, n in zip(setters, old, new, strict=True)
+        )
+    if is_array_space(space):
+        return _set_array_rows
+
+    def set_value_rows(old: Any, new: Any, rows: npt.NDArray[np.intp]) -> tuple[Any, ...]:
+        values: list[Any] = list(old) if old is not None else [None] * num_envs  # a custom space's None
+        for row, value in zip(rows.tolist(), new, strict=True):
+            values[row] = value
+        return tuple(values)
+
+    return set_value_rows
+
+
+def _set_array_rows(old: Any, new: Any, rows: npt.NDArray[np.intp]) -> npt.NDArray[Any]:
+    out = cast("npt.NDArray[Any]", old).copy()
+    out[rows] = new
+    return out

@@ -12,12 +12,33 @@ from gymnasium.vector.utils import batch_space
 
 from aenvs._specs import EnvSpec
 
-__all__ = ["ObservationMode", "VectorSpaces", "check_fixed", "dict_parts", "tuple_parts", "vector_spaces"]
+__all__ = [
+    "FIXED_SPACES",
+    "is_array_space",
+    "ObservationMode",
+    "VectorSpaces",
+    "dict_parts",
+    "tuple_parts",
+    "vector_spaces",
+]
 
 ObservationMode = str | tuple[spaces.Space[Any], spaces.Space[Any]]
 """``"same"``, ``"different"`` or ``(observation_space, single_observation_space)``, as gymnasium's."""
 
 FIXED_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+"""The spaces batched into arrays; the others (``Text``, ``Sequence``, ``Graph``, ``OneOf``,
+custom spaces) into a tuple of each env's value, as gymnasium batches them."""
+
+
+def is_array_space(space: spaces.Space[Any]) -> bool:
+    """Whether gymnasium batches ``space`` into one array (Box, Discrete, MultiDiscrete,
+    MultiBinary), rather than a tuple of each env's value (or a Dict / Tuple of parts).
+
+    Example:
+        >>> is_array_space(spaces.Box(0, 1)), is_array_space(spaces.Text(4))
+        (True, False)
+    """
+    return isinstance(space, FIXED_SPACES)
 
 
 def dict_parts(space: spaces.Space[Any]) -> list[tuple[str, spaces.Space[Any]]] | None:
@@ -43,28 +64,6 @@ def tuple_parts(space: spaces.Space[Any]) -> list[spaces.Space[Any]] | None:
         return None
     parts = cast("spaces.Tuple[Any]", space)  # isinstance loses the type of its parts
     return [parts[i] for i in range(len(parts))]
-
-
-def check_fixed(space: spaces.Space[Any], what: str) -> None:
-    """Raise TypeError unless ``space`` has a fixed shape: Box, Discrete, MultiDiscrete,
-    MultiBinary, and Dict / Tuple of them (``what``: which space it is, for the message).
-
-    Example:
-        >>> check_fixed(spaces.Text(4), "observation")
-        Traceback (most recent call last):
-        TypeError: AsyncVectorEnv needs fixed-shape spaces (Box, Discrete, MultiDiscrete, MultiBinary, and Dict / Tuple of them); the observation space is Text(1, 4, charset=...)
-    """
-    if (items := dict_parts(space)) is not None:
-        for _, sub in items:
-            check_fixed(sub, what)
-    elif (parts := tuple_parts(space)) is not None:
-        for sub in parts:
-            check_fixed(sub, what)
-    elif not isinstance(space, FIXED_SPACES):
-        raise TypeError(
-            f"AsyncVectorEnv needs fixed-shape spaces (Box, Discrete, MultiDiscrete, MultiBinary, "
-            f"and Dict / Tuple of them); the {what} space is {space}"
-        )
 
 
 class VectorSpaces(NamedTuple):
@@ -133,6 +132,4 @@ def vector_spaces(specs: Sequence[EnvSpec], mode: ObservationMode, name: str) ->
                 "In order to batch actions, the action spaces from all environments must be equal. "
                 f"Env {i}'s action space is {spec.action_space}."
             )
-    check_fixed(single_observation_space, "observation")
-    check_fixed(single_action_space, "action")
     return VectorSpaces(single_observation_space, observation_space, single_action_space, action_space)

@@ -53,7 +53,7 @@ def _default_out(quick: bool) -> Path:
 
 
 DESCRIPTION = (
-    "Run the benchmarks (latency, throughput, sync overhead, remote where Ray is installed), "
+    "Run the benchmarks (latency, throughput, sync overhead, text envs, remote where Ray is installed), "
     "each in a fresh interpreter, against whichever peers are installed (gymnasium, TorchRL, "
     "EnvPool: `pip install -e '.[bench]'`), and write report.md, results.json, each benchmark's "
     "output and PNG plots into one folder. About 8 minutes on 2 cores; --quick, about 2. "

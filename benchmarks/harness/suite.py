@@ -117,6 +117,21 @@ SUITE: tuple[Benchmark, ...] = (
         timeout=300,
     ),
     Benchmark(
+        "text_envs",
+        "Text envs: 200-2,000-character observations and text actions, aenvs against gymnasium",
+        full={"num_envs": (8, 64), "steps": 2000, "repeats": 3, "gymnasium_max_n": 64, "async_n": 4096},
+        quick={
+            "num_envs": (8,),
+            "steps": 200,
+            "repeats": 1,
+            "gymnasium_max_n": 8,
+            "carry_n": 8,
+            "async_n": 64,
+        },
+        plots=(Plot("text_envs.png", "Text observations and actions", panels="workload"),),
+        timeout=300,
+    ),
+    Benchmark(
         "remote",
         "Remote: the Ray executor against a one-actor-per-env ray.get loop",
         function="run",

@@ -3,6 +3,7 @@ classes: the process and Ray executors pickle them by reference)."""
 
 from __future__ import annotations
 
+import string
 from typing import Any
 
 import gymnasium as gym
@@ -17,7 +18,7 @@ WORDS = spaces.Text(16)
 class EchoTextEnv(gym.Env[str, str]):
     """Observation ``"<step>:<action>"``; reward the action's length; "quit" ends the episode."""
 
-    observation_space = spaces.Text(64)
+    observation_space = spaces.Text(64, charset=frozenset(string.ascii_letters + string.digits + ":"))
     action_space = WORDS
 
     def __init__(self) -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from aenvs import SerialEnv, check_env_specs
+from aenvs import SerialEnv, check_env_specs, step_mdp
 from aenvs._tensors import non_tensor_stack
 from tests.behaviour.language_envs import WORDS, EchoTextEnv, ToolEnv
 from tests.conftest import PoolFactory
@@ -35,6 +35,23 @@ async def test_text_actions_reach_the_envs_and_text_comes_back(make_pool: PoolFa
     part = await pool.async_step_recv(min_get=2)
     got = dict(zip(part["env_index"].tolist(), part["next", "observation"], strict=True))
     assert got == {2: "2:x", 0: "2:yy"}
+
+
+async def test_a_batch_received_in_parts_keeps_the_text_it_was_sent_with(make_pool: PoolFactory) -> None:
+    pool = await make_pool([EchoTextEnv] * 3)
+    await pool.reset()
+    td = step_mdp(await pool.step(text_actions(["a", "bb", "ccc"])))  # text observations at the root
+    td["action"] = ["x", "y", "z"]
+    await pool.async_step_send(td)
+    parts = [await pool.async_step_recv(min_get=1, max_get=1), await pool.async_step_recv(min_get=2)]
+    seen: list[int] = []
+    for part in parts:
+        envs = part["env_index"].tolist()
+        seen += envs
+        assert part["observation"] == [["1:a", "1:bb", "1:ccc"][i] for i in envs]
+        assert part["action"] == [["x", "y", "z"][i] for i in envs]
+        assert part["next", "observation"] == [f"2:{'xyz'[i]}" for i in envs]
+    assert sorted(seen) == [0, 1, 2]
 
 
 async def test_one_text_for_every_env_and_episodes_ended_by_text(make_pool: PoolFactory) -> None:

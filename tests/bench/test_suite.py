@@ -120,7 +120,7 @@ def test_plots_leave_out_rows_without_their_fields(tmp_path) -> None:
 def test_cli_lists_the_suite_and_refuses_unknown_names(capsys) -> None:
     assert main(["bench", "--list"]) == 0
     listed = capsys.readouterr().out.split()
-    assert {"latency", "throughput", "sync_overhead", "remote"} <= set(listed)
+    assert {"latency", "throughput", "sync_overhead", "text_envs", "remote"} <= set(listed)
     assert main(["bench", "--only", "latency,nope"]) == 2
     assert "unknown benchmarks ['nope']" in capsys.readouterr().err
 
@@ -131,7 +131,7 @@ def test_outside_a_checkout_aenvs_bench_says_where_the_suite_is(monkeypatch, cap
     assert "run it from a checkout" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["latency", "throughput", "sync_overhead", "remote"])
+@pytest.mark.parametrize("name", ["latency", "throughput", "sync_overhead", "text_envs", "remote"])
 def test_benchmark_scripts_live_beside_the_package(name: str) -> None:
     import importlib
     from pathlib import Path
@@ -178,6 +178,15 @@ def test_the_suites_benchmarks_follow_the_protocol(tmp_path) -> None:
             "skip_peers": ["torchrl", "envpool"],
         },
         "sync_overhead": {"num_envs": [2], "steps": 50, "repeats": 1, "skip_torchrl": True},
+        "text_envs": {
+            "num_envs": [2],
+            "steps": 20,
+            "repeats": 1,
+            "executors": ["inline", "process"],
+            "gymnasium_max_n": 2,
+            "carry_n": 2,
+            "async_n": 8,
+        },
     }
     suite = [dataclasses.replace(b, quick=tiny[b.name]) for b in SUITE if b.name in tiny]
     assert len(suite) == len(tiny)

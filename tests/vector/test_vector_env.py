@@ -149,16 +149,6 @@ def test_create_refuses_differing_spaces_in_gymnasiums_words(executor: str) -> N
     assert "Env 2" in str(caught.value) and "Discrete(5, start=-2)" in str(caught.value)
 
 
-def test_create_refuses_spaces_without_a_fixed_shape() -> None:
-    class TextEnv(SpaceEnv):
-        def __init__(self) -> None:
-            super().__init__()
-            self.observation_space = gym.spaces.Text(5)
-
-    with pytest.raises(TypeError, match="fixed-shape spaces"):
-        AsyncVectorEnv([TextEnv] * 2, executor="inline")
-
-
 # -- reset and step: shapes and dtypes ------------------------------------------------------
 
 
