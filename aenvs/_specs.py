@@ -13,6 +13,7 @@ stay small.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -153,9 +154,11 @@ def value_flattener(space: Space, path: Key) -> Callable[[Any], list[tuple[Key, 
             routes.append((key, route))
 
     walk(space, path, ())
-    if all(len(route) == 1 for _, route in routes):  # one level: a Dict of leaves, the usual case
-        firsts = [(key, route[0]) for key, route in routes]
-        return lambda value: [(key, value[part]) for key, part in firsts]
+    if len(routes) > 1 and all(len(route) == 1 for _, route in routes):
+        # one level, a Dict or Tuple of leaves (the usual case): one C-level getter for all
+        keys = [key for key, _ in routes]
+        get_parts = operator.itemgetter(*(route[0] for _, route in routes))
+        return lambda value: list(zip(keys, get_parts(value), strict=True))
 
     def flatten(value: Any) -> list[tuple[Key, Any]]:
         parts: list[tuple[Key, Any]] = []
