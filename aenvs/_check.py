@@ -18,7 +18,7 @@ from tensordict import TensorDictBase
 from aenvs._errors import AenvsError
 from aenvs._object_actions import values_per_row
 from aenvs._specs import EnvSpec, Key, Leaf, Space, observation_root, space_leaves
-from aenvs._tensors import td_get, torch_dtype
+from aenvs._tensors import plain_value, td_get, torch_dtype
 
 __all__ = ["EnvSpecError", "check_env_specs"]
 
@@ -108,7 +108,7 @@ def _check_leaf(
     if leaf.is_object:  # non-tensor values (text, token lists...): each in its space
         rows = int(td.batch_size.numel())
         for step, item in enumerate(values_per_row(value, rows) if td.batch_dims else [value]):
-            if space is not None and not space.contains(_as_sampled(item)):
+            if space is not None and not space.contains(plain_value(item)):
                 raise EnvSpecError(
                     f"{who}: {name!r} in the {where} at step {step} is not in its space {space}"
                 )
@@ -129,19 +129,6 @@ def _check_leaf(
         why = _bounds_error(space, value)
         if why is not None:
             raise EnvSpecError(f"{who}: {name!r} in the {where} is out of its space {space}: {why}")
-
-
-def _as_sampled(value: Any) -> Any:
-    """A non-tensor value as its space samples it: the tensors the pool made of numeric
-    arrays (a stacked ``Sequence``'s, a ragged one's) back in numpy, TensorDicts as dicts."""
-    if isinstance(value, torch.Tensor):
-        tensor = value.detach().cpu()
-        return tensor.item() if tensor.ndim == 0 else tensor.numpy()
-    if isinstance(value, TensorDictBase):
-        return _as_sampled(value.to_dict())
-    if isinstance(value, dict):
-        return {k: _as_sampled(v) for k, v in cast("dict[str, Any]", value).items()}
-    return value
 
 
 def _check_env(td: TensorDictBase, spec: EnvSpec, who: str) -> None:

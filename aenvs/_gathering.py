@@ -8,7 +8,7 @@ per env; text and other non-tensor entries row by row.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -17,7 +17,7 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from aenvs._extras import put
 from aenvs._specs import Key
-from aenvs._tensors import flat_entries, from_numpy, non_tensor_stack, td_items, td_unchecked
+from aenvs._tensors import flat_entries, from_numpy, non_tensor_rows, non_tensor_stack, td_items, td_unchecked
 
 __all__ = ["Inputs", "gather_dense", "numpy_view"]
 
@@ -84,7 +84,8 @@ def gather_dense(
         where = {id(td): b for b, td in enumerate(batches)}
         for key in object_keys:
             rows = [
-                _python_rows(found[key], td.batch_size[0]) for found, td in zip(objects, batches, strict=True)
+                non_tensor_rows(found[key], td.batch_size[0])
+                for found, td in zip(objects, batches, strict=True)
             ]
             values = [rows[where[id(td)]][row] for td, row in inputs]
             put(source, (key,) if isinstance(key, str) else tuple(key), non_tensor_stack(values))
@@ -94,13 +95,6 @@ def gather_dense(
 def _is_sub_td(value: Any) -> bool:
     """A sub-TensorDict (whose entries come on their own), not a non-tensor entry."""
     return isinstance(value, TensorDictBase) and type(value) not in _NON_TENSOR
-
-
-def _python_rows(value: Any, n: int) -> list[Any]:
-    """The per-row python values of a non-tensor entry of ``n`` rows."""
-    if isinstance(value, NonTensorStack):
-        return list(value.tolist())
-    return [cast("NonTensorData", value).data] * n
 
 
 def _places(inputs: Sequence[Inputs]) -> tuple[list[npt.NDArray[np.int64]], list[npt.NDArray[np.int64]]]:

@@ -32,7 +32,16 @@ from tensordict.utils import NestedKey
 
 from aenvs._ragged import is_ragged, stack_ragged
 from aenvs._specs import Leaf
-from aenvs._tensors import lazy_stack, non_tensor_stack, td_clone, td_get, td_keys, tensor_tolist, torch_dtype
+from aenvs._tensors import (
+    lazy_stack,
+    non_tensor_rows,
+    non_tensor_stack,
+    td_clone,
+    td_get,
+    td_keys,
+    tensor_tolist,
+    torch_dtype,
+)
 
 __all__ = [
     "RESET_KEY",
@@ -249,15 +258,6 @@ def _level(key: Key, groups: dict[Key, torch.Tensor] | None) -> Key | None:
     return best
 
 
-def _values(value: Any, batch: int) -> list[Any]:
-    """Per-row python values of a non-tensor entry."""
-    if isinstance(value, NonTensorStack):
-        return list(value.tolist())
-    if isinstance(value, NonTensorData):
-        return [value.data] * batch
-    return [None] * batch
-
-
 def _place(old: Any, new: Any, rows: torch.Tensor, batch: int, key: Key) -> Any:
     """A ``[batch]`` entry: ``new`` (``[len(rows)]``) at ``rows``, ``old`` elsewhere (0 where absent).
 
@@ -287,7 +287,7 @@ def _rows_of(value: Any, batch: int) -> list[Any]:
     """Per-row values of an entry: a tensor's rows, a non-tensor entry's python values."""
     if isinstance(value, torch.Tensor):
         return list(value.unbind(0))
-    return _values(value, batch)
+    return non_tensor_rows(value, batch)
 
 
 def _zero_rows(old: Any, rows: torch.Tensor, batch: int) -> Any:
@@ -295,7 +295,7 @@ def _zero_rows(old: Any, rows: torch.Tensor, batch: int) -> Any:
         out = old.clone()
         out[rows] = 0
         return out
-    values = _values(old, batch)
+    values = non_tensor_rows(old, batch)
     for row in tensor_tolist(rows):
         values[row] = None
     return non_tensor_stack(values)

@@ -27,7 +27,9 @@ __all__ = [
     "lazy_stack",
     "maybe_dense_stack",
     "non_tensor_stack",
+    "non_tensor_rows",
     "non_tensor_values",
+    "plain_value",
     "root_entries",
     "td_clone",
     "td_get",
@@ -173,6 +175,21 @@ def non_tensor_values(stack: NonTensorStack) -> list[Any]:
         if values is not None:
             return values
     return list(stack.tolist())  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+
+
+def non_tensor_rows(value: Any, n: int) -> list[Any]:
+    """The ``n`` per-row values of a non-tensor entry: a stack's rows, one ``NonTensorData``'s
+    value repeated, None for each row where there is no entry (``value`` None).
+
+    Example:
+        >>> non_tensor_rows(NonTensorData("go", batch_size=[2]), 2), non_tensor_rows(None, 2)
+        (['go', 'go'], [None, None])
+    """
+    if isinstance(value, NonTensorStack):
+        return non_tensor_values(value)
+    if isinstance(value, NonTensorData):
+        return [value.data] * n
+    return [None] * n
 
 
 _FLAT_TYPES = frozenset({str, bytes, int, float, bool, type(None)})
@@ -367,3 +384,21 @@ def flat_entries(td: TensorDictBase, non_tensor: bool = False) -> dict[str, Any]
 
 
 _NON_TENSOR = (NonTensorData, NonTensorStack)
+
+
+def plain_value(value: Any) -> Any:
+    """``value`` with the tensors the pool made of numbers turned back into numpy (a 0-d one
+    into a Python number), and TensorDicts into dicts.
+
+    Example:
+        >>> plain_value({"a": torch.tensor([1, 2])})
+        {'a': array([1, 2])}
+    """
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu()
+        return tensor.item() if tensor.ndim == 0 else tensor.numpy()
+    if isinstance(value, TensorDictBase):
+        return plain_value(value.to_dict())
+    if isinstance(value, dict):
+        return {k: plain_value(v) for k, v in cast("dict[str, Any]", value).items()}
+    return value

@@ -9,17 +9,16 @@ envs that have such parts.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
-import torch
 from gymnasium import spaces
 from tensordict import TensorDictBase
 
 from aenvs._object_actions import values_per_row
 from aenvs._specs import Key
-from aenvs._tensors import td_get
+from aenvs._tensors import plain_value, td_get
 
-__all__ = ["object_reader", "plain_value"]
+__all__ = ["object_reader"]
 
 # values that the pool never turns into tensors: no per-value conversion on the way back
 _KEPT_AS_SENT = (spaces.Text, spaces.Graph, spaces.OneOf)
@@ -51,21 +50,3 @@ def object_reader(space: spaces.Space[Any], key: Key) -> Callable[[TensorDictBas
         return tuple(map(plain_value, values)) if plain else tuple(values)
 
     return read
-
-
-def plain_value(value: Any) -> Any:
-    """``value`` with the tensors the pool made of numbers turned back into numpy (a 0-d one
-    into a Python number), and TensorDicts into dicts.
-
-    Example:
-        >>> plain_value({"a": torch.tensor([1, 2])})
-        {'a': array([1, 2])}
-    """
-    if isinstance(value, torch.Tensor):
-        tensor = value.detach().cpu()
-        return tensor.item() if tensor.ndim == 0 else tensor.numpy()
-    if isinstance(value, TensorDictBase):
-        return plain_value(value.to_dict())
-    if isinstance(value, dict):
-        return {k: plain_value(v) for k, v in cast("dict[str, Any]", value).items()}
-    return value

@@ -28,6 +28,7 @@ from aenvs import EnvError
 from aenvs._errors import EnvTimeoutError, VectorEnvTimeoutError
 from aenvs.gymnasium import AsyncVectorEnv
 from tests.helpers import Gate
+from tests.vector.comparison import run_both
 from tests.vector.vector_envs import SPACES, CoroutineSpaceEnv, FailingEnv, GatedSpaceEnv, SpaceEnv
 
 NUM_ENVS = 4
@@ -404,30 +405,6 @@ def test_import_does_not_load_torch() -> None:
 
 
 # -- equivalence with SyncVectorEnv ---------------------------------------------------------
-
-
-def run_both(
-    async_envs: VectorEnv, sync_envs: VectorEnv, mode: AutoresetMode, steps: int = 100, seed: int = 123
-) -> int:
-    """Reset with ``seed`` and take ``steps`` steps of the same actions in both; assert equal
-    results at every step; return how many episodes ended."""
-    assert data_equivalence(async_envs.reset(seed=seed), sync_envs.reset(seed=seed), exact=True)
-    sync_envs.action_space.seed(seed)
-    ended = 0
-    for t in range(steps):
-        actions = sync_envs.action_space.sample()
-        got, expected = async_envs.step(actions), sync_envs.step(actions)
-        assert data_equivalence(got, expected, exact=True), f"step {t}:\n{got}\n!=\n{expected}"
-        done = expected[2] | expected[3]
-        ended += int(done.sum())
-        if mode is AutoresetMode.DISABLED and done.any():
-            options = {"reset_mask": done}
-            got_reset, expected_reset = (
-                async_envs.reset(options=options),
-                sync_envs.reset(options=dict(options)),
-            )
-            assert data_equivalence(got_reset, expected_reset, exact=True), f"reset after step {t}"
-    return ended
 
 
 @pytest.mark.parametrize("mode", MODES, ids=[m.value for m in MODES])

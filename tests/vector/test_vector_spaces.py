@@ -12,10 +12,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import data_equivalence
-from gymnasium.vector import AsyncVectorEnv as GymAsyncVectorEnv, AutoresetMode, VectorEnv
+from gymnasium.vector import AsyncVectorEnv as GymAsyncVectorEnv, AutoresetMode
 
 from aenvs.gymnasium import AsyncVectorEnv
+from tests.vector.comparison import run_both
 from tests.vector.space_envs import MIXED_SPACES, OBJECT_SPACES, ObjectSpaceEnv
 
 NUM_ENVS = 3
@@ -45,26 +45,6 @@ def make_vec(executor: str) -> Iterator[Callable[..., AsyncVectorEnv]]:
         envs.close()
 
 
-def run_both(ours: VectorEnv, theirs: VectorEnv, mode: AutoresetMode, steps: int = 25, seed: int = 7) -> int:
-    """Reset with ``seed``, take ``steps`` steps of actions sampled from the seeded batched
-    action space in both; assert equal results every time (partial resets under DISABLED);
-    return how many episodes ended."""
-    assert data_equivalence(ours.reset(seed=seed), theirs.reset(seed=seed), exact=True)
-    theirs.action_space.seed(seed)
-    ended = 0
-    for t in range(steps):
-        actions = theirs.action_space.sample()
-        got, expected = ours.step(actions), theirs.step(actions)
-        assert data_equivalence(got, expected, exact=True), f"step {t}:\n{got}\n!=\n{expected}"
-        done = expected[2] | expected[3]
-        ended += int(done.sum())
-        if mode is AutoresetMode.DISABLED and done.any():
-            options = {"reset_mask": done}
-            got_reset = ours.reset(options=options)
-            assert data_equivalence(got_reset, theirs.reset(options=dict(options)), exact=True)
-    return ended
-
-
 def compare_with_gymnasium(executor: str, observation_space: str, action_space: str) -> None:
     for mode in MODES:
         fns = env_fns(observation_space, action_space)
@@ -75,7 +55,7 @@ def compare_with_gymnasium(executor: str, observation_space: str, action_space: 
         try:
             assert ours.observation_space == theirs.observation_space
             assert ours.action_space == theirs.action_space
-            assert run_both(ours, theirs, mode) > 3, mode  # episodes ended, autoresets ran
+            assert run_both(ours, theirs, mode, steps=25, seed=7) > 3, mode  # episodes ended, autoresets ran
         finally:
             ours.close()
             theirs.close()
