@@ -73,7 +73,7 @@ docs: $(VENV)/.installed-test
 # a public name without a docstring or without a reference page fails the build
 # (NO_MKDOCS_2_WARNING: mkdocs-material's banner about its successor, printed on every build)
 docs-build: $(VENV)/.installed-test
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # sdist and wheel in dist/, built as a user's pip would (isolated, setuptools from the index),
 # then checked: twine's metadata check, no warning from the build, nothing but aenvs in the wheel.

@@ -33,8 +33,22 @@ from aenvs._specs import EnvSpec as EnvSpec
 if TYPE_CHECKING:
     from aenvs._adapters.multi_agent import MultiAgent as MultiAgent
     from aenvs._check import check_env_specs as check_env_specs
+    from aenvs._collect import (
+        Collector as Collector,
+        Episode as Episode,
+        FrameBatch as FrameBatch,
+        collect as collect,
+    )
     from aenvs._layout import step_mdp as step_mdp
     from aenvs._pool import AsyncEnvPool as AsyncEnvPool, PoolStats as PoolStats
+    from aenvs._pool.limits import RateLimit as RateLimit
+    from aenvs._serving import (
+        AsyncPolicyClient as AsyncPolicyClient,
+        EnvServer as EnvServer,
+        PolicyClient as PolicyClient,
+        PolicyServerError as PolicyServerError,
+        serve as serve,
+    )
     from aenvs._sync import ParallelEnv as ParallelEnv, SerialEnv as SerialEnv
 
 __version__ = "0.1.0"
@@ -42,20 +56,30 @@ __version__ = "0.1.0"
 __all__ = [
     "AenvsError",
     "AsyncEnvPool",
+    "AsyncPolicyClient",
+    "Collector",
     "Env",
     "EnvBusyError",
     "EnvContext",
     "EnvCrashedError",
     "EnvError",
+    "EnvServer",
     "EnvSpec",
     "EnvState",
     "EnvTimeoutError",
+    "Episode",
+    "FrameBatch",
     "MultiAgent",
     "ParallelEnv",
+    "PolicyClient",
+    "PolicyServerError",
     "PoolClosedError",
     "PoolStats",
+    "RateLimit",
     "SerialEnv",
     "check_env_specs",
+    "collect",
+    "serve",
     "step_mdp",
 ]
 
@@ -64,11 +88,22 @@ __all__ = [
 _LAZY = {
     "AsyncEnvPool": "aenvs._pool",
     "PoolStats": "aenvs._pool",
+    "RateLimit": "aenvs._pool.limits",
     "step_mdp": "aenvs._layout",
     "SerialEnv": "aenvs._sync",
     "ParallelEnv": "aenvs._sync",
     "check_env_specs": "aenvs._check",
+    "collect": "aenvs._collect",
+    "Collector": "aenvs._collect",
+    "Episode": "aenvs._collect",
+    "FrameBatch": "aenvs._collect",
     "MultiAgent": "aenvs._adapters.multi_agent",
+    # envs that connect in: the serve extra (websockets), imported on first use
+    "serve": "aenvs._serving",
+    "EnvServer": "aenvs._serving",
+    "PolicyClient": "aenvs._serving",
+    "AsyncPolicyClient": "aenvs._serving",
+    "PolicyServerError": "aenvs._serving",
 }
 
 

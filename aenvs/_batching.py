@@ -11,6 +11,7 @@ are stacked per key by :mod:`aenvs._extras`; a receive's sent entries are gather
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
@@ -22,6 +23,7 @@ from aenvs._buffers import Buffers
 from aenvs._commands import Completion
 from aenvs._extras import nest, put, stack_extras, to_td_value
 from aenvs._gathering import Inputs, gather_dense, numpy_view
+from aenvs._layout import TIMED_OUT
 from aenvs._object_actions import ObjectActions
 from aenvs._specs import OBJECT, EnvSpec, Key, Leaf
 from aenvs._tensors import (
@@ -36,7 +38,7 @@ from aenvs._tensors import (
     torch_dtype,
 )
 
-__all__ = ["Batcher", "shallow_copy"]
+__all__ = ["Batcher", "TimedOutStep", "shallow_copy"]
 
 _ENV_INDEX = ("env_index",)
 
@@ -50,6 +52,16 @@ def _name(key: Key) -> str:
     return ".".join(key)
 
 
+@dataclass(frozen=True, slots=True)
+class TimedOutStep:
+    """The result of a step that a timeout ended as truncated (``on_timeout="truncate"``),
+    carried as its Completion's ``value``: every fixed-shape entry under ``"next"`` (the
+    env's last observation, reward 0, done and truncated True, terminated False), written
+    over what the buffers hold, which the stopped step may have left half-written."""
+
+    step: dict[Key, npt.NDArray[Any]]
+
+
 class Batcher:
     """Moves batches between TensorDicts and a pool's buffers.
 
@@ -57,11 +69,17 @@ class Batcher:
         specs: one per env.
         buffers: the pool's buffers (numpy; viewed here as tensors, no copy).
         dense: stack every batch densely (requires one layout for every env).
+        timed_out: give every step result a ``("next", "timed_out")`` flag (bool, ``[1]``),
+            True for the steps a timeout ended (their Completion's value is a
+            :class:`TimedOutStep`).
     """
 
-    def __init__(self, specs: Sequence[EnvSpec], buffers: Buffers, dense: bool) -> None:
+    def __init__(
+        self, specs: Sequence[EnvSpec], buffers: Buffers, dense: bool, timed_out: bool = False
+    ) -> None:
         self.specs = specs
         self.dense = dense
+        self.timed_out = timed_out
         self._location = buffers.location
         self._groups = [
             (
@@ -273,6 +291,8 @@ class Batcher:
         env_index: torch.Tensor,
     ) -> TensorDictBase:
         nxt = self._rows(indices, 1, [c.extras for c in completions], rows)
+        if self.timed_out:
+            self._flag_timeouts(nxt, completions)
         sent = self._inputs(inputs, rows)
         if self.dense:
             root = root_entries(sent)
@@ -282,6 +302,59 @@ class Batcher:
         out.set("next", nxt)
         out.set("env_index", env_index)
         return out
+
+    def _flag_timeouts(self, nxt: TensorDictBase, completions: Sequence[Completion]) -> None:
+        """Set ``nxt``'s "timed_out" flags, and the entries of the steps a timeout ended."""
+        flags = np.zeros((len(completions), *self.batch_shape, 1), dtype=bool)
+        for row, c in enumerate(completions):
+            ended = c.value
+            if not isinstance(ended, TimedOutStep):
+                continue
+            flags[row] = True
+            target = nxt if self.dense else cast(LazyStackedTensorDict, nxt).tensordicts[row]
+            for key, value in ended.step.items():
+                entry = td_get(target, key)
+                if isinstance(entry, torch.Tensor):
+                    if self.dense:
+                        entry[row] = from_numpy(value)
+                    else:
+                        entry.copy_(from_numpy(value))
+        nxt.set(TIMED_OUT, from_numpy(flags))
+
+    def step_columns(self, completions: Sequence[Completion]) -> dict[Key, Any] | None:
+        """The results of ``completions`` (steps) as columns, without a TensorDict: per leaf
+        of ``"next"``, a numpy array of the rows (fixed-shape entries) or a list of values
+        (text and other plain values); ``("env_index",)`` the envs. None where the batch is
+        not that simple (a lazy pool, members with a batch shape, extra entries that are
+        not plain values): build it with :meth:`step_batch` then."""
+        if not self.dense or self.batch_shape:
+            return None
+        indices = [c.env_index for c in completions]
+        rows = None if indices == self._all_rows else np.array(indices, dtype=np.int64)
+        columns: dict[Key, Any] = {
+            key: buf.copy() if rows is None else buf.take(rows, axis=0) for key, buf in self._dense_plan[1]
+        }
+        extras = [None if c.extras is None else _flat(c.extras) for c in completions]
+        if any(extras):
+            keys = {key for e in extras if e for key in e}
+            for key in keys:
+                values = [None if e is None else e.get(key) for e in extras]
+                if not all(type(v) in _PLAIN for v in values):
+                    return None
+                columns[key] = values
+        if self.timed_out:
+            flags = np.zeros((len(completions), 1), dtype=bool)
+            for row, c in enumerate(completions):
+                ended = c.value
+                if isinstance(ended, TimedOutStep):
+                    flags[row] = True
+                    for key, value in ended.step.items():
+                        column = columns.get(key)
+                        if isinstance(column, np.ndarray | list):
+                            column[row] = value
+            columns[TIMED_OUT_KEY] = flags
+        columns[("env_index",)] = np.array(indices, dtype=np.int64)
+        return columns
 
     def step_and_reset_batch(
         self, completions: Sequence[Completion], inputs: Sequence[Inputs]
@@ -293,6 +366,26 @@ class Batcher:
         # its own env_index: the caller may write into one of the two
         nxt = self._rows(indices, 0, [c.reset_extras for c in completions], rows, env_index.clone())
         return out, nxt
+
+
+_PLAIN = frozenset({str, bytes, int, float, bool, type(None)})
+
+
+def _flat(extras: Mapping[Key, Any]) -> dict[Key, Any]:
+    """``extras`` with nested dicts (an info dict) spread into longer keys."""
+    if not any(type(v) is dict for v in extras.values()):
+        return dict(extras)
+    flat: dict[Key, Any] = {}
+    for key, value in extras.items():
+        if type(value) is dict:
+            for sub, inner in _flat({(k,): v for k, v in cast("dict[str, Any]", value).items()}).items():
+                flat[(*key, *sub)] = inner
+        else:
+            flat[key] = value
+    return flat
+
+
+TIMED_OUT_KEY: Key = (TIMED_OUT,)
 
 
 def shallow_copy(td: TensorDictBase) -> TensorDictBase:

@@ -17,7 +17,7 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from aenvs._extras import put
 from aenvs._specs import Key
-from aenvs._tensors import flat_entries, from_numpy, non_tensor_rows, non_tensor_stack, td_items, td_unchecked
+from aenvs._tensors import flat_entries, from_numpy, non_tensor_row, non_tensor_stack, td_items, td_unchecked
 
 __all__ = ["Inputs", "gather_dense", "numpy_view"]
 
@@ -83,11 +83,8 @@ def gather_dense(
     if object_keys:
         where = {id(td): b for b, td in enumerate(batches)}
         for key in object_keys:
-            rows = [
-                non_tensor_rows(found[key], td.batch_size[0])
-                for found, td in zip(objects, batches, strict=True)
-            ]
-            values = [rows[where[id(td)]][row] for td, row in inputs]
+            # row by row: a receive takes a few rows of batches sent whole (thousands of rows)
+            values = [non_tensor_row(objects[where[id(td)]][key], row) for td, row in inputs]
             put(source, (key,) if isinstance(key, str) else tuple(key), non_tensor_stack(values))
     return td_unchecked(source, torch.Size([len(inputs), *tail]))
 

@@ -6,7 +6,11 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
-__all__ = ["step_mdp"]
+__all__ = ["TIMED_OUT", "step_mdp"]
+
+# with on_timeout="truncate", every step result carries ("next", TIMED_OUT): bool, shape [1],
+# True where a step_timeout or episode_timeout ended the episode (truncated, not terminated)
+TIMED_OUT = "timed_out"
 
 
 def step_mdp(td: TensorDictBase, *, keep_reward: bool = False) -> TensorDictBase:

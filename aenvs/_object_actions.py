@@ -102,11 +102,16 @@ class ObjectActions:
         first = self._spaces[0] if self._spaces else {}
         self._shared = first if first and all(s == first for s in self._spaces) else None
 
-    def read(self, td: TensorDictBase, env_indices: Sequence[int]) -> ObjectValues | None:
+    def read(
+        self, td: TensorDictBase, env_indices: Sequence[int], given: Mapping[Key, Any] | None = None
+    ) -> ObjectValues | None:
         """Each env's non-tensor action values by key (None if no env has any); raises
-        ValueError / TypeError naming the env and the key for a missing or wrong value."""
+        ValueError / TypeError naming the env and the key for a missing or wrong value.
+        ``given``: values by key beside ``td`` (lists of one value per env)."""
         if not self.present:
             return None
+        if given is not None:
+            td = _WithColumns(td, given)  # pyright: ignore[reportAssignmentType]
         if self._shared is not None:
             read = _read_columns(td, env_indices, self._shared)
             if read is not None:
@@ -131,6 +136,18 @@ class ObjectActions:
                 mine[key] = _checked(column[row], space, i, key)
             out[i] = mine
         return out
+
+
+class _WithColumns:
+    """A TensorDict's ``get``, with entries given as columns first (for :func:`td_get`)."""
+
+    def __init__(self, td: TensorDictBase, columns: Mapping[Key, Any]) -> None:
+        self._td, self._columns = td, columns
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        path = (key,) if isinstance(key, str) else tuple(key)
+        value = self._columns.get(path)
+        return value if value is not None else td_get(self._td, key, default)
 
 
 def _read_columns(

@@ -58,6 +58,15 @@ class _Slot:
     plain_row: np.ndarray | None = None
     # an env with a batch shape of its own: its reset of the sub-envs that ended, else None
     autoreset: Any = None
+    closed: bool = False  # its adapter's close ran (or was started): never again
+
+    def close(self) -> Any:
+        """Start closing the env once: what its ``close`` returned (awaitable for an async env),
+        None on a second call."""
+        if self.closed:
+            return None
+        self.closed = True
+        return self.adapter.close()
 
     def attach(self, rows: EnvRows) -> None:
         self.rows = rows
@@ -99,6 +108,8 @@ class EnvRunner:
         self.has_async = any(a.is_async for a in adapters.values())
         self._recipes = dict(recipes or {})  # how each env was built: REBUILD builds it again
         self._loop: asyncio.AbstractEventLoop | None = None
+        # seconds an async env's close may take (a rebuild's, the runner's close), None: unbounded
+        self.close_timeout: float | None = None
 
     @classmethod
     def build(
@@ -241,17 +252,15 @@ class EnvRunner:
             raise EnvError(i, "make", error.traceback, error.exc_type) from None
 
     async def _rebuild(self, i: int, slot: _Slot) -> None:
-        try:
-            await _resolve(slot.adapter.close())
-        except Exception:
-            pass  # the env failed before: closing it may fail too, and must not stop the rebuild
+        # the env failed before: closing it may fail or hang too, and must not stop the rebuild
+        await _bounded_close(slot, self.close_timeout)
         fn, context, kwargs = self._recipes[i]
-        adapter = make_adapter(build_env(fn, context, kwargs))
-        difference = self.specs[i].layout_difference(adapter.spec)
+        fresh = _Slot(make_adapter(build_env(fn, context, kwargs)))
+        difference = self.specs[i].layout_difference(fresh.adapter.spec)
         if difference is not None:
-            await _resolve(adapter.close())
+            await _bounded_close(fresh, self.close_timeout)
             raise ValueError(f"env {i} was rebuilt with a different layout: {difference}")
-        slot.adapter = adapter
+        slot.adapter, slot.closed = fresh.adapter, False
         if slot.rows is not None:
             slot.attach(slot.rows)
 
@@ -327,28 +336,66 @@ class EnvRunner:
         slot.done[0] = done
         return _with_info(extras, info) if info else extras
 
+    # -- closing: each env exactly once, whatever path gets there first ----------------
+
     async def aclose(self) -> None:
-        """Close every env, awaiting async ``close`` methods (on the caller's loop)."""
-        for slot in self._slots.values():
-            try:
-                await _resolve(slot.adapter.close())
-            except Exception:
-                pass
+        """Close every env not closed yet, on the caller's loop; async ``close`` methods run
+        concurrently, each within ``close_timeout`` (then cancelled). A close that raises
+        or hangs does not stop the others'."""
+        await asyncio.gather(*(_bounded_close(slot, self.close_timeout) for slot in self._slots.values()))
         self._close_loop()
 
-    def close(self) -> None:
-        """Close every env from synchronous code (a worker thread or process, or ``kill``)."""
-        for slot in self._slots.values():
-            try:
-                result = slot.adapter.close()
+    def close(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Close every env not closed yet, from synchronous code (a worker thread or process,
+        or ``kill``).
+
+        Async ``close`` methods run on the loop the envs ran on: ``loop`` (not running), or
+        the runner's own, after cancelling the commands it still holds (e.g. a step a
+        SIGTERM interrupted), each within ``close_timeout``. Called on a running loop (the
+        inline executor's ``kill``), the plain envs close now and the async ones in tasks
+        of that loop.
+        """
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not None:
+            for slot in self._slots.values():
+                try:
+                    result = slot.close()
+                except Exception:
+                    continue
                 if inspect.isawaitable(result):
-                    _run_detached(result)
-            except Exception:
-                pass
+                    _detach(running, self._bounded(result))
+            self._close_loop()
+            return
+        if self.has_async and loop is not None:
+            loop.run_until_complete(self.aclose())
+        elif self.has_async:
+            loop = self._loop if self._loop is not None else asyncio.new_event_loop()
+            self._loop = loop
+            leftover = asyncio.all_tasks(loop)
+            for task in leftover:
+                task.cancel()
+            if leftover:
+                loop.run_until_complete(asyncio.wait(leftover, timeout=self.close_timeout))
+            loop.run_until_complete(self.aclose())
+        else:
+            for slot in self._slots.values():
+                try:
+                    slot.close()
+                except Exception:
+                    pass
         self._close_loop()
+
+    async def _bounded(self, awaitable: Any) -> None:
+        try:
+            await asyncio.wait_for(_resolve(awaitable), self.close_timeout)
+        except (Exception, asyncio.CancelledError):
+            pass
 
     def _close_loop(self) -> None:
-        if self._loop is not None:
+        if self._loop is not None and not self._loop.is_running():
             self._loop.close()
             self._loop = None
 
@@ -363,19 +410,23 @@ def answers(command: Command, results: list[Any]) -> list[Completion]:
     ]
 
 
-def _run_detached(awaitable: Any) -> None:
-    """Finish an awaitable from sync code: on a fresh loop, or dropped if a loop runs here."""
+async def _bounded_close(slot: _Slot, timeout: float | None) -> None:
+    """Close ``slot``'s env (once), an async close within ``timeout``; never raises for the env."""
     try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        loop = asyncio.new_event_loop()
-        try:
-            loop.run_until_complete(_resolve(awaitable))
-        finally:
-            loop.close()
-        return
-    if inspect.iscoroutine(awaitable):
-        awaitable.close()
+        result = slot.close()
+        if inspect.isawaitable(result):
+            await asyncio.wait_for(_resolve(result), timeout)
+    except Exception:
+        pass  # raised or timed out (wait_for cancelled it): the other envs still close
+
+
+_DETACHED: set[asyncio.Task[Any]] = set()  # closes run by tasks nobody awaits: kept until they end
+
+
+def _detach(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> None:
+    task = loop.create_task(coro)
+    _DETACHED.add(task)
+    task.add_done_callback(_DETACHED.discard)
 
 
 async def _resolve(value: Any) -> Any:

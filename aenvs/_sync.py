@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Literal, Self
 
 import torch
 from tensordict import TensorDictBase
@@ -28,7 +28,7 @@ from tensordict import TensorDictBase
 from aenvs._env import EnvFn, EnvState
 from aenvs._errors import EnvError, PoolClosedError
 from aenvs._loop import DriverKind, LoopDriver, kill_dropped, make_driver
-from aenvs._pool import AsyncEnvPool, EnvIndex, PoolStats, StackMode
+from aenvs._pool import AsyncEnvPool, EnvIndex, OnTimeout, PoolStats, RateLimit, StackMode
 from aenvs._specs import EnvSpec, Space
 from aenvs._torchrl_args import check_options, env_factories
 from aenvs.executors import Executor
@@ -63,6 +63,19 @@ class BatchedEnv:
         loop_factory: makes the private loop (default: uvloop's where installed).
         device: only ``None`` / ``"cpu"``; other TorchRL batched-env arguments
             (``shared_memory``, ``mp_start_method``...) are accepted and ignored.
+        on_error: ``"raise"`` or ``"restart"``; with ``max_restarts`` and ``restart_backoff``,
+            what an env's failure does, as for :class:`~aenvs.AsyncEnvPool`.
+        max_restarts: restarts allowed per env (``on_error="restart"``).
+        restart_backoff: seconds before an env's first restart, doubled for each next one.
+        step_timeout: seconds a step may take (see the pool's ``on_timeout``).
+        reset_timeout: seconds a reset may take.
+        episode_timeout: seconds an episode may last (see the guide's "Deadlines" page).
+        on_timeout: ``"raise"`` or ``"truncate"`` (steps then carry ``("next", "timed_out")``).
+        startup_timeout: seconds the executor may take to build every env.
+        close_timeout: seconds :meth:`close` waits for workers to stop before killing them.
+        check_finite: make a result with NaN or inf an EnvError for its env.
+        max_concurrency: at most this many envs run a reset or step at once.
+        rate_limit: a :class:`~aenvs.RateLimit` each env's reset or step takes a token from.
 
     Not thread-safe: call one env from one thread at a time.
     """
@@ -82,6 +95,18 @@ class BatchedEnv:
         loop: DriverKind = "auto",
         loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
         device: str | torch.device | None = None,
+        on_error: Literal["raise", "restart"] = "raise",
+        max_restarts: int = 3,
+        restart_backoff: float = 0.1,
+        step_timeout: float | None = None,
+        reset_timeout: float | None = None,
+        episode_timeout: float | None = None,
+        on_timeout: OnTimeout = "raise",
+        startup_timeout: float | None = None,
+        close_timeout: float | None = None,
+        check_finite: bool = False,
+        max_concurrency: int | None = None,
+        rate_limit: RateLimit | None = None,
         **torchrl_options: Any,
     ) -> None:
         check_options(type(self).__name__, torchrl_options, device)
@@ -93,6 +118,18 @@ class BatchedEnv:
             envs_per_worker=envs_per_worker,
             seed=seed,
             make_kwargs=make_kwargs,
+            on_error=on_error,
+            max_restarts=max_restarts,
+            restart_backoff=restart_backoff,
+            step_timeout=step_timeout,
+            reset_timeout=reset_timeout,
+            episode_timeout=episode_timeout,
+            on_timeout=on_timeout,
+            startup_timeout=startup_timeout,
+            close_timeout=close_timeout,
+            check_finite=check_finite,
+            max_concurrency=max_concurrency,
+            rate_limit=rate_limit,
         )
         self._driver: LoopDriver = make_driver(loop, loop_factory=loop_factory)
         try:

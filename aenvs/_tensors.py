@@ -27,12 +27,15 @@ __all__ = [
     "lazy_stack",
     "maybe_dense_stack",
     "non_tensor_stack",
+    "non_tensor_data",
+    "non_tensor_row",
     "non_tensor_rows",
     "non_tensor_values",
     "plain_value",
     "root_entries",
     "td_clone",
     "td_get",
+    "td_index",
     "td_items",
     "td_keys",
     "td_unchecked",
@@ -129,6 +132,16 @@ def lazy_stack(tds: Sequence[TensorDictBase]) -> LazyStackedTensorDict:
     return tensordict.lazy_stack(tds)  # pyright: ignore[reportUnknownMemberType, reportReturnType]
 
 
+def td_index(td: TensorDictBase, index: Any) -> TensorDictBase:
+    """``td[index]``, typed: rows of a TensorDict (an int drops the first dim).
+
+    Example:
+        >>> td_index(TensorDict({"a": torch.arange(3)}, [3]), 1)["a"].item()
+        1
+    """
+    return td[index]  # pyright: ignore[reportUnknownVariableType]
+
+
 def maybe_dense_stack(tds: Sequence[TensorDictBase]) -> TensorDictBase:
     """``tensordict.maybe_dense_stack(tds)``, typed: a dense stack where every TensorDict has
     the same layout, else a lazy one.
@@ -175,6 +188,42 @@ def non_tensor_values(stack: NonTensorStack) -> list[Any]:
         if values is not None:
             return values
     return list(stack.tolist())  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+
+
+def non_tensor_data(value: Any) -> NonTensorData:
+    """``NonTensorData(value)`` with batch ``[]``; a plain value (text, mostly) built directly,
+    as :func:`non_tensor_stack` builds its rows.
+
+    Example:
+        >>> non_tensor_data("go").data, type(non_tensor_data("go")) is NonTensorData
+        ('go', True)
+    """
+    flat = _FlatStacks.get()
+    if flat is not None and type(value) in _FLAT_TYPES:
+        return flat.row(value)
+    return NonTensorData(value, batch_size=[])  # pyright: ignore[reportCallIssue]
+
+
+def non_tensor_row(value: Any, row: int) -> Any:
+    """Row ``row``'s value of a non-tensor entry: a stack's row, one ``NonTensorData``'s value,
+    None where there is no entry (``value`` None); reads that row only.
+
+    Example:
+        >>> non_tensor_row(non_tensor_stack(["go", "look"]), 1), non_tensor_row(None, 0)
+        ('look', None)
+    """
+    if type(value) is NonTensorStack and value.stack_dim == 0 and value.batch_dims == 1:
+        item: Any = value.tensordicts[row]
+        if type(item) is _ROW and not item._tensordict._batch_size:
+            data = item._non_tensordict.get("data", _NO_VALUE)
+            if data is not _NO_VALUE:
+                return data
+        return non_tensor_values(value)[row]
+    if isinstance(value, NonTensorStack):
+        return non_tensor_values(value)[row]
+    if isinstance(value, NonTensorData):
+        return value.data
+    return None
 
 
 def non_tensor_rows(value: Any, n: int) -> list[Any]:
@@ -283,23 +332,25 @@ class _FlatStacks:
         )
         return flat if same else None
 
+    def row(self, value: Any) -> NonTensorData:
+        """One row of a stack: a ``NonTensorData`` of ``value`` (a plain value), batch ``[]``."""
+        setattr_, new = object.__setattr__, object.__new__
+        inner = new(_TD)
+        setattr_(inner, "_device", None)
+        setattr_(inner, "_tensordict", self._inner_dict_type())
+        setattr_(inner, "_batch_size", self._empty)
+        setattr_(inner, "_td_dim_names", None)
+        row = new(_ROW)
+        setattr_(row, "_tensordict", inner)
+        setattr_(row, "_non_tensordict", {"data": value, **self._row_state})
+        setattr_(row, "_is_initialized", True)
+        return row
+
     def stack(self, values: list[Any]) -> NonTensorStack:
         """The stack of ``values`` (plain values, at least one)."""
         setattr_, new = object.__setattr__, object.__new__
-        state, inner_dict, empty = self._row_state, self._inner_dict_type, self._empty
-        rows: list[Any] = []
-        append = rows.append
-        for value in values:
-            inner = new(_TD)
-            setattr_(inner, "_device", None)
-            setattr_(inner, "_tensordict", inner_dict())
-            setattr_(inner, "_batch_size", empty)
-            setattr_(inner, "_td_dim_names", None)
-            row = new(_ROW)
-            setattr_(row, "_tensordict", inner)
-            setattr_(row, "_non_tensordict", {"data": value, **state})
-            setattr_(row, "_is_initialized", True)
-            append(row)
+        row = self.row
+        rows: list[Any] = [row(value) for value in values]
         stack = new(_STACK)
         for key, value in self._stack_attrs:
             setattr_(stack, key, value)

@@ -5,9 +5,14 @@ start in a fraction of a second and stay small. The protocol on the pipe:
 
     (forked by :mod:`aenvs._zygote` with the env factories already unpickled)
     worker -> parent   ("built", {env_index: EnvSpec}) or ("failed", EnvError)
-    parent -> worker   (all specs, arena size), then the arena's fd (SCM_RIGHTS)
+    parent -> worker   (all specs, arena size, close timeout), then the arena's fd (SCM_RIGHTS)
     parent -> worker   Command, ...; None to stop
     worker -> parent   [Completion, ...] per command (results sit in shared memory)
+
+A worker closes its envs when it stops, however it stops: told to (None), its pipe gone,
+or SIGTERM (which the parent sends a worker it gives up on: the command under way is
+interrupted where it runs Python code, then the envs close; the parent's SIGKILL comes
+``close_timeout`` later).
 """
 
 from __future__ import annotations
@@ -48,6 +53,25 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
+class _Terminated(BaseException):
+    """SIGTERM arrived: the command under way stops here, and the worker closes its envs.
+
+    Not an ``Exception`` (nor ``SystemExit``, which the runner answers as the env's own
+    error): it unwinds through env code to :func:`worker_main`."""
+
+
+class _Stop:
+    """Whether SIGTERM arrived; its handler raises :class:`_Terminated` once."""
+
+    terminated = False
+
+    @classmethod
+    def handler(cls, signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the closes that follow run to their end
+        cls.terminated = True
+        raise _Terminated
+
+
 def _send(conn: Connection, completions: list[Completion]) -> None:
     # Plain pickle, not the Connection's ForkingPickler: torch registers reductions there
     # that would send tensors through a resource sharer instead of by value.
@@ -63,6 +87,7 @@ def worker_main(pipe_fd: int, env_args: tuple[Any, Any, Any], worker_index: int,
     """Build the envs of ``env_args`` (factories, seeds, make kwargs by env index) and serve
     commands from the pipe until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    signal.signal(signal.SIGTERM, _Stop.handler)
     os.environ[WORKER_ENV_VAR] = "process"  # this process hosts envs only (see aenvs.testing)
     die_with_parent()
     conn = Connection(pipe_fd)
@@ -77,7 +102,7 @@ def worker_main(pipe_fd: int, env_args: tuple[Any, Any, Any], worker_index: int,
             conn.send_bytes(pickle.dumps(("failed", err)))
             return
         conn.send_bytes(pickle.dumps(("built", runner.specs)))
-        specs, size = pickle.loads(conn.recv_bytes())
+        specs, size, runner.close_timeout = pickle.loads(conn.recv_bytes())
         arena = SharedArena.attach(reduction.recv_handle(conn), size, specs)
         arena.close_fd()
         runner.attach({i: arena.buffers.rows(i) for i in runner.env_indices})
@@ -85,10 +110,16 @@ def worker_main(pipe_fd: int, env_args: tuple[Any, Any, Any], worker_index: int,
             command = pickle.loads(conn.recv_bytes())
             if command is None:
                 break
-            _send(conn, runner.execute(command))
-    except (EOFError, BrokenPipeError, ConnectionResetError):
-        pass  # the parent is gone: nobody to answer
+            done = runner.execute(command)
+            if _Stop.terminated:  # raised inside an async env's task, which kept it as its error
+                break
+            _send(conn, done)
+    except (EOFError, BrokenPipeError, ConnectionResetError, _Terminated):
+        pass  # the parent is gone, or gave up on this worker: nobody to answer
     finally:
         if runner is not None:
-            runner.close()
+            try:
+                runner.close()
+            except _Terminated:  # SIGTERM while closing (a slow close): the envs not closed yet close
+                runner.close()
         conn.close()

@@ -4,7 +4,8 @@ Subcommands:
 
 ``aenvs run [ENV_ID]``
     Step a pool of gymnasium envs with random actions and report throughput and
-    episode returns.
+    episode returns; a live view (:mod:`aenvs._live`) shows rates, envs in flight and
+    latency percentiles as it runs. The pool's limits and deadlines are options.
 ``aenvs bench``
     Run the benchmark suite against the peers installed and write a markdown report with
     PNG plots. The suite lives beside the package, in a checkout of the repository
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import importlib
 import math
 import sys
@@ -26,19 +26,17 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
-from gymnasium import spaces
 
 import aenvs
-from aenvs._specs import EnvSpec, Space, flatten_value
+from aenvs._random_actions import RandomActions
 
 if TYPE_CHECKING:
-    import torch
-    from tensordict import TensorDictBase
-
+    from aenvs._live import LiveView
     from aenvs._pool import AsyncEnvPool
+    from aenvs._pool.limits import RateLimit
 
 __all__ = ["RandomActions", "RunSummary", "build_parser", "main"]
 
@@ -65,141 +63,6 @@ def run_coroutine(coro: Coroutine[Any, Any, T], loop: str = "auto") -> T:
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 return runner.run(coro)
     return asyncio.run(coro)
-
-
-# -- random actions --------------------------------------------------------------------
-
-
-class RandomActions:
-    """Samples actions for some envs of a pool, each from its own action space.
-
-    On a dense pool, Discrete and finite float Box spaces are sampled with one torch
-    call per group of envs sharing a space; other spaces (and every lazy pool) fall
-    back to ``space.sample()`` per env, stacked densely or lazily as the pool stacks.
-
-    Args:
-        specs: one per env (``pool.env_specs``).
-        dense: whether the pool stacks densely (``pool.is_dense``).
-        seed: seeds the torch generator and the (copied) action spaces.
-
-    Example:
-        >>> sampler = RandomActions(pool.env_specs, dense=pool.is_dense, seed=0)
-        >>> td = sampler.fill(td)  # td["action"] is set for the envs of td["env_index"]
-    """
-
-    def __init__(self, specs: Sequence[EnvSpec], *, dense: bool, seed: int | None = None) -> None:
-        import torch
-
-        self._specs = list(specs)
-        self._dense = dense
-        self._generator = torch.Generator()
-        if seed is None:
-            self._generator.seed()
-        else:
-            self._generator.manual_seed(seed)
-        # copies: the specs may hold the envs' own space objects, which we must not reseed
-        self._spaces = [copy.deepcopy(s.action_space) for s in self._specs]
-        for i, space in enumerate(self._spaces):
-            space.seed(None if seed is None else seed + i)
-        self._groups: list[Space] = []
-        self._group_of: list[int] = []
-        for space in self._spaces:
-            for g, known in enumerate(self._groups):
-                if type(known) is type(space) and known == space:
-                    self._group_of.append(g)
-                    break
-            else:
-                self._groups.append(space)
-                self._group_of.append(len(self._groups) - 1)
-        self.vectorised = dense and all(_vectorisable(space) for space in self._groups)
-
-    def __call__(self, env_index: torch.Tensor | Sequence[int]) -> TensorDictBase:
-        """A batch ``[len(env_index)]`` holding ``"action"`` (and nested action keys) for those envs."""
-        import torch
-        from tensordict import TensorDict
-
-        from aenvs._tensors import lazy_stack, tensor_tolist
-
-        indices = torch.as_tensor(env_index, dtype=torch.long).reshape(-1)
-        if self.vectorised:
-            return TensorDict({"action": self._sample_vectorised(indices)}, batch_size=[len(indices)])
-        tds = [self._sample_one(i) for i in tensor_tolist(indices)]
-        if self._dense:
-            return torch.stack(tds)  # pyright: ignore[reportReturnType, reportArgumentType]
-        return lazy_stack(tds)
-
-    def fill(self, td: TensorDictBase) -> TensorDictBase:
-        """Set random actions into ``td`` for the envs of its ``"env_index"``; return ``td``."""
-        if self.vectorised:  # the hot path: one tensor, no intermediate TensorDict
-            td.set("action", self._sample_vectorised(td["env_index"]))
-        else:
-            td.update(self(td["env_index"]))  # pyright: ignore[reportUnknownMemberType]
-        return td
-
-    def _sample_vectorised(self, indices: torch.Tensor) -> torch.Tensor:
-        import torch
-
-        from aenvs._tensors import tensor_tolist
-
-        if len(self._groups) == 1:
-            return self._sample_space(self._groups[0], len(indices))
-        groups = torch.as_tensor(self._group_of)[indices]
-        first = self._sample_space(self._groups[int(groups[0])], len(indices))
-        out = torch.empty_like(first)
-        counts: list[int] = tensor_tolist(torch.bincount(groups, minlength=len(self._groups)))
-        for g, count in enumerate(counts):
-            if count:
-                out[groups == g] = self._sample_space(self._groups[g], count)
-        return out
-
-    def _sample_space(self, space: Space, k: int) -> torch.Tensor:
-        import torch
-
-        from aenvs._tensors import torch_dtype
-
-        if isinstance(space, spaces.Discrete):
-            start, n = int(space.start), int(space.n)
-            return torch.randint(start, start + n, (k,), generator=self._generator, dtype=torch.long)
-        assert isinstance(space, spaces.Box)
-        space = cast("spaces.Box[Any]", space)
-        dtype = torch_dtype(space.dtype)
-        shape = (k, *space.shape)
-        low, high = np.asarray(space.low), np.asarray(space.high)
-        lo, hi = float(low.min()), float(high.max())
-        if (low == lo).all() and (high == hi).all():  # scalar bounds
-            return torch.empty(shape, dtype=dtype).uniform_(lo, hi, generator=self._generator)
-        low_t = torch.as_tensor(low, dtype=dtype)
-        span = torch.as_tensor(high, dtype=dtype) - low_t
-        return low_t + span * torch.rand(shape, dtype=dtype, generator=self._generator)
-
-    def _sample_one(self, i: int) -> TensorDictBase:
-        import torch
-        from tensordict import TensorDict
-
-        from aenvs._tensors import torch_dtype
-
-        space, spec = self._spaces[i], self._specs[i]
-        dtypes = {leaf.key: torch_dtype(leaf.dtype) for leaf in spec.action_leaves if not leaf.is_object}
-        objects = {leaf.key for leaf in spec.action_leaves if leaf.is_object}
-        td = TensorDict({}, batch_size=[])
-        for key, value in flatten_value(space, space.sample(), spec.action_root):
-            if key in dtypes:
-                td.set(key, torch.as_tensor(np.asarray(value), dtype=dtypes[key]))
-            elif key in objects:  # text, token lists...: as sampled
-                td.set_non_tensor(key, value)
-        return td
-
-
-def _vectorisable(space: Space) -> bool:
-    if isinstance(space, spaces.Discrete):
-        return True
-    if not isinstance(space, spaces.Box):
-        return False
-    space = cast("spaces.Box[Any]", space)
-    if not np.issubdtype(space.dtype, np.floating):
-        return False
-    with np.errstate(over="ignore", invalid="ignore"):
-        return bool(np.isfinite(space.high - space.low).all())  # finite bounds and a finite span
 
 
 # -- aenvs run -------------------------------------------------------------------------
@@ -234,9 +97,30 @@ class RunSummary:
 
 
 async def run_random(
-    pool: AsyncEnvPool, steps: int, *, seed: int | None = None, progress: bool = True
+    pool: AsyncEnvPool,
+    steps: int,
+    *,
+    seed: int | None = None,
+    progress: bool = True,
+    view: LiveView | None = None,
 ) -> RunSummary:
-    """Step ``pool`` (started) ``steps`` times in all with random actions, resetting finished envs."""
+    """Step ``pool`` (started) ``steps`` times in all with random actions, resetting finished envs.
+
+    ``progress`` shows a tqdm bar on stderr; ``view`` (entered) is handed the counts of each
+    batch and refreshed while the loop waits.
+    """
+    ticker = asyncio.get_running_loop().create_task(view.ticker()) if view is not None else None
+    try:
+        return await _step_randomly(pool, steps, seed=seed, progress=progress, view=view)
+    finally:
+        if ticker is not None:
+            ticker.cancel()
+            await asyncio.wait([ticker])
+
+
+async def _step_randomly(
+    pool: AsyncEnvPool, steps: int, *, seed: int | None, progress: bool, view: LiveView | None
+) -> RunSummary:
     from tqdm import tqdm
 
     sampler = RandomActions(pool.env_specs, dense=pool.is_dense, seed=seed)
@@ -263,6 +147,8 @@ async def run_random(
                 lengths[finished] = 0
             done_steps += len(index)
             bar.update(len(index))
+            if view is not None:
+                view.update(done_steps, episodes)
     seconds = time.perf_counter() - started
     stats = pool.stats()
     latencies = [m for m, n in zip(stats.step_latency_mean, stats.steps, strict=True) if n]
@@ -277,6 +163,7 @@ async def run_random(
 
 
 async def _run(args: argparse.Namespace) -> int:
+    from aenvs._live import LiveView, view_mode
     from aenvs._pool import AsyncEnvPool
 
     pool = AsyncEnvPool(
@@ -286,7 +173,14 @@ async def _run(args: argparse.Namespace) -> int:
         stack=args.stack,
         seed=args.seed,
         envs_per_worker=args.envs_per_worker,
+        max_concurrency=args.max_concurrency,
+        rate_limit=args.rate_limit,
+        episode_timeout=args.episode_timeout,
+        step_timeout=args.step_timeout,
+        on_timeout=args.on_timeout,
     )
+    progress = not args.no_progress
+    mode = view_mode(args.live, progress=progress, is_terminal=sys.stdout.isatty())
     async with pool:
         stack = "dense" if pool.is_dense else "lazy"
         print(
@@ -294,7 +188,14 @@ async def _run(args: argparse.Namespace) -> int:
             f"stack={stack}, loop={type(asyncio.get_running_loop()).__module__.split('.')[0]}",
             flush=True,
         )
-        summary = await run_random(pool, args.steps, seed=args.seed, progress=not args.no_progress)
+        with LiveView(pool, mode=mode, total_steps=args.steps) as view:
+            summary = await run_random(
+                pool,
+                args.steps,
+                seed=args.seed,
+                progress=progress and mode == "off",  # the live view shows the progress
+                view=view if mode != "off" else None,
+            )
     print("\n".join(summary.lines()), flush=True)
     return 0
 
@@ -319,6 +220,24 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
+    return value
+
+
+def _rate_limit(text: str) -> RateLimit:
+    """``PER_SECOND[:BURST]`` as a RateLimit (BURST defaults to 1)."""
+    from aenvs._pool.limits import RateLimit
+
+    per_second, _, burst = text.partition(":")
+    try:
+        return RateLimit(float(per_second), int(burst) if burst else 1)
+    except (ValueError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(f"expected PER_SECOND[:BURST] (e.g. 20 or 20:5): {exc}") from None
+
+
 def _add_run_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "run",
@@ -327,9 +246,16 @@ def _add_run_parser(subparsers: Any) -> None:
             "Step NUM_ENVS copies of a gymnasium env with random actions (each env's action "
             "sampled from its own action space), resetting envs whose episode ends, for STEPS "
             "env steps in all. Prints steps/s, the number of finished episodes, their mean "
-            "return and length, and the mean step latency."
+            "return and length, and the mean step latency. On a terminal a live view shows, a "
+            "few times a second, steps/s, episodes/s, envs in flight and held by the limits, "
+            "the p50/p90/p99 of the time in the env, waiting for the policy and waiting on "
+            "limits, and the errors, restarts and timeouts so far."
         ),
-        epilog="example: aenvs run CartPole-v1 --num-envs 16 --executor inline --steps 50000",
+        epilog=(
+            "examples: aenvs run CartPole-v1 --num-envs 16 --executor inline --steps 50000; "
+            "aenvs run my_pkg:Web-v0 -n 64 --max-concurrency 16 --rate-limit 20:5 "
+            "--episode-timeout 120 --step-timeout 30 --on-timeout truncate"
+        ),
         formatter_class=_HelpFormatter,
     )
     parser.add_argument(
@@ -371,7 +297,54 @@ def _add_run_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--loop", choices=LOOPS, default="auto", help="event loop: uvloop when importable, or force one"
     )
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="hide the progress bar (and the live view, unless --live)"
+    )
+    parser.add_argument(
+        "--live",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=(
+            "a live view of steps/s, episodes/s, envs in flight and held, p50/p90/p99 of the time in "
+            "the env, waiting for the policy and waiting on limits, errors, restarts and timeouts "
+            "(default: on when stdout is a terminal; off a terminal, --live prints a line now and then)"
+        ),
+    )
+    limits = parser.add_argument_group("limits and deadlines (passed to the pool)")
+    limits.add_argument(
+        "--max-concurrency",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="at most N env commands running at once; the others are held by the pool",
+    )
+    limits.add_argument(
+        "--rate-limit",
+        type=_rate_limit,
+        default=None,
+        metavar="PER_SECOND[:BURST]",
+        help="at most PER_SECOND env commands a second, BURST at once after a pause (default BURST: 1)",
+    )
+    limits.add_argument(
+        "--episode-timeout",
+        type=_positive_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="end an episode that lasts longer (see --on-timeout)",
+    )
+    limits.add_argument(
+        "--step-timeout",
+        type=_positive_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="stop a step that lasts longer and rebuild its env (see --on-timeout)",
+    )
+    limits.add_argument(
+        "--on-timeout",
+        choices=("raise", "truncate"),
+        default="raise",
+        help="a timed-out step or episode stops the run with an error, or ends its episode as truncated",
+    )
     parser.set_defaults(func=_cmd_run)
 
 

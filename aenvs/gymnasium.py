@@ -77,7 +77,8 @@ class AsyncVectorEnv(VectorEnv):
         num_workers: how many workers the executor starts (default: the executor's choice).
         loop: the loop driver (``"auto"``, ``"private"``, ``"portal"``), as for
             :class:`~aenvs.SerialEnv`.
-        **pool_options: further :class:`~aenvs.AsyncEnvPool` options (``step_timeout``...).
+        **pool_options: further :class:`~aenvs.AsyncEnvPool` options (``on_error``, ``step_timeout``,
+            ``max_concurrency``, ``rate_limit``...); not ``episode_timeout`` / ``on_timeout="truncate"``.
 
     Errors inside an env surface as :class:`~aenvs.EnvError`. Every gymnasium space works:
     one without a fixed shape (Text, Sequence, Graph, OneOf, custom) batches as a tuple of
@@ -126,9 +127,13 @@ class AsyncVectorEnv(VectorEnv):
             raise ValueError("AsyncVectorEnv needs at least one env")
         if worker is not None:  # gymnasium's custom worker function: there is nowhere to run it
             raise ValueError("AsyncVectorEnv(worker=...) is not supported: aenvs runs its own workers")
+        if pool_options.get("episode_timeout") is not None or pool_options.get("on_timeout") == "truncate":
+            raise ValueError(  # the envs reset themselves (autoreset): the pool sees no episode begin
+                "AsyncVectorEnv takes no episode_timeout nor on_timeout='truncate': its envs' autoresets "
+                "happen inside the workers, unseen by the pool's deadlines; step_timeout raises"
+            )
         self.shared_memory, self.context, self.daemon = shared_memory, context, daemon
-        self.copy = copy
-        self.observation_mode = observation_mode
+        self.copy, self.observation_mode = copy, observation_mode
         self.autoreset_mode = (
             autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
         )
@@ -244,8 +249,7 @@ class AsyncVectorEnv(VectorEnv):
         self._close_pool()
 
     def _close_pool(self) -> None:
-        driver = self.__dict__.get("_driver")
-        pool = self.__dict__.get("_pool")
+        driver, pool = self.__dict__.get("_driver"), self.__dict__.get("_pool")
         if driver is None or driver.closed:
             if pool is not None:
                 pool.executor.kill()
@@ -491,11 +495,8 @@ class AsyncVectorEnv(VectorEnv):
             >>> envs.close()
         """
         self._assert_idle("set_attr")
-        per_env = (
-            list(cast("Sequence[Any]", values))
-            if isinstance(values, list | tuple)
-            else [values] * self.num_envs
-        )
+        is_sequence = isinstance(values, list | tuple)
+        per_env = list(cast("Sequence[Any]", values)) if is_sequence else [values] * self.num_envs
         if len(per_env) != self.num_envs:
             raise ValueError(
                 "Values must be a list or tuple with length equal to the number of environments. "
@@ -514,6 +515,5 @@ class AsyncVectorEnv(VectorEnv):
         return self.call("render")
 
     def __repr__(self) -> str:
-        if self.spec is None:
-            return f"{type(self).__name__}(num_envs={self.num_envs})"
-        return f"{type(self).__name__}({self.spec.id}, num_envs={self.num_envs})"
+        name = "" if self.spec is None else f"{self.spec.id}, "
+        return f"{type(self).__name__}({name}num_envs={self.num_envs})"

@@ -35,6 +35,7 @@ from tensordict.utils import NestedKey
 
 # torchrl's names, typed Any (torchrl is an optional extra: see aenvs._adapters.torchrl)
 from aenvs._adapters.torchrl import Categorical, Composite, EnvBase, TorchRLAdapter, Unbounded, spec_of
+from aenvs._layout import TIMED_OUT
 from aenvs._specs import Space, observation_root, space_leaves
 from aenvs._tensors import td_keys
 
@@ -54,7 +55,9 @@ class AenvsWrapper(EnvBase):
     like the env (``batch_size [num_envs]``); ``Discrete`` actions are categorical (int64
     indices, as aenvs takes them). Each ``step`` / ``reset`` is one call of the batched env,
     partial steps (``"_step"``: the envs left out keep their input values) and partial resets
-    (``"_reset"``) included; ``"env_index"`` is left out of the outputs.
+    (``"_reset"``) included; ``"env_index"`` is left out of the outputs. With the env's
+    ``on_timeout="truncate"``, ``"timed_out"`` is a done entry of its specs beside
+    ``"truncated"``: True where a timeout ended the episode (False after a reset).
     Closing the wrapper closes the batched env.
 
     Args:
@@ -82,9 +85,11 @@ class AenvsWrapper(EnvBase):
         self.action_spec = _spec(env.action_space, batch)
         self.reward_spec = Unbounded(shape=(*batch, 1), dtype=torch.float32)
         flag = Categorical(2, shape=(*batch, 1), dtype=torch.bool)
-        self.full_done_spec = Composite(
-            done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=batch
-        )
+        flags = {"done": flag, "terminated": flag.clone(), "truncated": flag.clone()}
+        timed_out = env.pool.on_timeout == "truncate"  # its steps flag the episodes a timeout ended
+        if timed_out:
+            flags[TIMED_OUT] = flag.clone()
+        self.full_done_spec = Composite(flags, shape=batch)
         first = env.env_specs[0]
         # observations without a fixed shape (text...) have no leaf: their keys, kept too
         space = first.observation_space
@@ -93,6 +98,8 @@ class AenvsWrapper(EnvBase):
         ]
         self._reset_keys = [*(leaf.key for leaf in first.reset_leaves), *objects]
         self._step_keys = [*(leaf.key for leaf in first.step_leaves), *objects]
+        if timed_out:
+            self._step_keys.append((TIMED_OUT,))
         self._action_keys: list[NestedKey] = list(
             self.full_action_spec.keys(include_nested=True, leaves_only=True)
         )

@@ -72,6 +72,19 @@ def test_multi_agent_example_reports_per_group_returns() -> None:
     assert scout > 0 and hauler > 0  # found food; carried while scouts were out
 
 
+def test_agent_env_example_collects_every_task() -> None:
+    out = run_script(str(EXAMPLES / "agent_env.py"), "--quick")
+    (episodes,) = number(rf"^episodes: {NUMBER} in", out)
+    assert episodes == 150  # one episode per task of the dataset, none lost or repeated
+    (success,) = number(rf"^success rate: {NUMBER}%$", out)
+    assert success > 80  # the rules answer all but the questions the tools cannot
+    (timed_out,) = number(rf"^timed-out episodes: {NUMBER}$", out)
+    assert timed_out >= 1  # the dataset asks for keys the search upstream hangs on
+    (requests,) = number(rf"tool requests: {NUMBER}$", out)
+    assert requests > episodes / 2  # the tools were really called over HTTP
+    assert len(number(rf"^env latency: p50 {NUMBER} ms", out)) == 1
+
+
 # -- the command line -------------------------------------------------------------------
 
 

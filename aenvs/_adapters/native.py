@@ -21,7 +21,7 @@ from aenvs._adapters.outcome import Outcome
 from aenvs._env import Env
 from aenvs._scalars import reward_value
 from aenvs._specs import EnvSpec, Key
-from aenvs._tensors import from_numpy
+from aenvs._tensors import from_numpy, non_tensor_data
 
 __all__ = ["NativeAdapter"]
 
@@ -114,7 +114,7 @@ class NativeAdapter:
                 for key in self._action_keys
             ]
             self._action_container = TensorDict()
-            flat = all(len(key) == 1 for key in self._action_keys)
+            flat = all(len(key) == 1 for key in (*self._action_keys, *self._object_keys))
             self._action_slots = getattr(self._action_container, "_tensordict", None) if flat else None
         td, slots = self._action_container, self._action_slots
         if slots is None:  # nested action keys (or a tensordict without the raw dict): the public way
@@ -124,8 +124,12 @@ class NativeAdapter:
         else:
             for key, tensor in self._action_views:  # put back what an env may have replaced or removed
                 slots[key[0]] = tensor
-        for key in self._object_keys:
-            td.set_non_tensor(key, actions[key][row])
+        if slots is None:
+            for key in self._object_keys:
+                td.set_non_tensor(key, actions[key][row])
+        else:
+            for key in self._object_keys:
+                slots[key[0]] = non_tensor_data(actions[key][row])
         return td
 
     def step(self, actions: Mapping[Key, np.ndarray], row: int) -> Any:

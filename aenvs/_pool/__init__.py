@@ -5,14 +5,19 @@
   ``sending`` (env indices, dispatch, timeouts armed), ``receiving`` (results and call
   answers), ``failures`` (timeouts, non-finite results), ``abandoned`` (whole-batch
   commands whose caller gave up), ``restarts`` (the restart supervisor).
-- ``receives``: receives waiting at the same time, served fairly.
+- ``fair_receives``: receives waiting at the same time, served fairly.
+- ``limits``: ``max_concurrency`` and :class:`~aenvs.RateLimit`: commands held until they may run.
+- ``deadlines``: ``episode_timeout``, and timeouts that end an episode as truncated (``on_timeout``).
+- ``latency``: windows of recent latencies and their percentiles, for :class:`PoolStats`.
 - ``masked``: the whole-batch calls, with TorchRL's partial steps and resets (``"_step"`` / ``"_reset"``).
 - ``rollout``: random actions and rollouts, over the pool's public methods.
-- ``arguments``: the pool's construction arguments, read and checked.
+- ``arguments``: the pool's construction arguments, read and checked (``PoolOptions``).
 - ``stats``: :class:`PoolStats`.
 """
 
 from aenvs._pool.core import AsyncEnvPool, EnvIndex, StackMode
+from aenvs._pool.deadlines import OnTimeout
+from aenvs._pool.limits import RateLimit
 from aenvs._pool.stats import PoolStats
 
-__all__ = ["AsyncEnvPool", "EnvIndex", "PoolStats", "StackMode"]
+__all__ = ["AsyncEnvPool", "EnvIndex", "OnTimeout", "PoolStats", "RateLimit", "StackMode"]

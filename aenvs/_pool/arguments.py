@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, cast
 
 from aenvs._env import EnvFn
 from aenvs._errors import EnvError
+from aenvs._pool.deadlines import OnTimeout, check_on_timeout
+from aenvs._pool.limits import RateLimit
 from aenvs._specs import EnvSpec
 from aenvs.executors import Executor, make_executor
 
 __all__ = [
+    "PoolOptions",
     "StackMode",
     "check_batch_shapes",
     "check_choices",
+    "check_limits",
     "check_not_negative",
     "env_fns_list",
     "is_dense",
@@ -21,6 +26,66 @@ __all__ = [
 ]
 
 StackMode = Literal["dense", "lazy", "auto"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolOptions:
+    """The options of :class:`~aenvs.AsyncEnvPool` that its parts run by (its ``Args`` say what
+    each means), checked when built: ValueError / TypeError naming the bad one.
+
+    Example:
+        >>> PoolOptions(episode_timeout=2.0, on_timeout="truncate").truncate
+        True
+        >>> PoolOptions(step_timeout=-1.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: step_timeout must be >= 0, got -1.0
+    """
+
+    on_error: Literal["raise", "restart"] = "raise"
+    max_restarts: int = 3
+    restart_backoff: float = 0.1
+    step_timeout: float | None = None
+    reset_timeout: float | None = None
+    startup_timeout: float | None = None
+    close_timeout: float | None = None
+    check_finite: bool = False
+    episode_timeout: float | None = None
+    on_timeout: OnTimeout = "raise"
+    max_concurrency: int | None = None
+    rate_limit: RateLimit | None = None
+
+    def __post_init__(self) -> None:
+        check_limits(self.max_concurrency, self.rate_limit)
+        check_not_negative(
+            max_restarts=self.max_restarts,
+            restart_backoff=self.restart_backoff,
+            step_timeout=self.step_timeout,
+            reset_timeout=self.reset_timeout,
+            startup_timeout=self.startup_timeout,
+            close_timeout=self.close_timeout,
+            episode_timeout=self.episode_timeout,
+        )
+        check_on_timeout(self.on_timeout)
+
+    @property
+    def truncate(self) -> bool:
+        """Whether timeouts end episodes as truncated (and step results carry ``"timed_out"``)."""
+        return self.on_timeout == "truncate"
+
+    def executor(
+        self, executor: str | Executor, *, envs_per_worker: int | None, num_workers: int | None
+    ) -> Executor:
+        """The executor ``executor`` names (or is), with these options' timeouts."""
+        return executor_for(
+            executor,
+            envs_per_worker=envs_per_worker,
+            num_workers=num_workers,
+            startup_timeout=self.startup_timeout,
+            close_timeout=self.close_timeout,
+            step_timeout=self.step_timeout,
+            reset_timeout=self.reset_timeout,
+        )
 
 
 def env_fns_list(env_fns: EnvFn | Sequence[EnvFn], num_envs: int | None) -> list[EnvFn]:
@@ -74,6 +139,28 @@ def check_not_negative(**values: float | None) -> None:
     for name, value in values.items():
         if value is not None and value < 0:
             raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def check_limits(max_concurrency: int | None, rate_limit: RateLimit | None) -> None:
+    """Refuse a ``max_concurrency`` that is not an int >= 1, or a ``rate_limit`` that is not a
+    :class:`~aenvs.RateLimit` (None stands for no limit).
+
+    Example:
+        >>> check_limits(0, None)
+        Traceback (most recent call last):
+        ...
+        ValueError: max_concurrency must be >= 1 (or None: no limit), got 0
+    """
+    if max_concurrency is not None:
+        given = cast(object, max_concurrency)
+        if isinstance(given, bool) or not isinstance(given, int):
+            raise TypeError(f"max_concurrency must be an int or None, got {type(given).__name__}")
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1 (or None: no limit), got {max_concurrency}")
+    if rate_limit is not None and not isinstance(cast(object, rate_limit), RateLimit):
+        raise TypeError(
+            f"rate_limit must be an aenvs.RateLimit or None, got {type(cast(object, rate_limit)).__name__}"
+        )
 
 
 def executor_for(

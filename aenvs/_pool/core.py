@@ -19,11 +19,14 @@ from tensordict import TensorDictBase
 from aenvs._batching import Batcher
 from aenvs._commands import Command, CommandKind
 from aenvs._env import EnvFn, EnvState
-from aenvs._errors import EnvError, PoolClosedError
+from aenvs._errors import PoolClosedError
 from aenvs._pool import arguments
 from aenvs._pool.arguments import StackMode
+from aenvs._pool.deadlines import OnTimeout
+from aenvs._pool.limits import RateLimit
+from aenvs._pool.loops import LoopCalls
 from aenvs._pool.masked import WholeBatchCalls
-from aenvs._pool.parts import PoolParts
+from aenvs._pool.parts import PoolParts, other_loop_error
 from aenvs._pool.rollout import rand_action as _rand_action, rollout as _rollout
 from aenvs._pool.sending import EnvIndex, Seed
 from aenvs._pool.stats import PoolStats
@@ -36,7 +39,7 @@ __all__ = ["AsyncEnvPool", "EnvIndex", "PoolStats", "StackMode"]
 _STEP, _RESET, _SMR = CommandKind.STEP, CommandKind.RESET, CommandKind.STEP_AND_RESET
 
 
-class AsyncEnvPool:
+class AsyncEnvPool(LoopCalls):
     """A pool of RL envs whose commands are awaited on the event loop.
 
     Args:
@@ -63,11 +66,26 @@ class AsyncEnvPool:
             it is an EnvTimeoutError and its worker is stopped (killed, or abandoned for a
             thread) and, with ``on_error="restart"``, replaced.
         reset_timeout: seconds a reset may take, with the same consequences as ``step_timeout``.
+        episode_timeout: seconds an episode may last, from when the pool received its reset
+            result: the step in flight when it passes is stopped as ``step_timeout`` stops
+            one; a step sent after it is not run (its outcome is ready at once).
+        on_timeout: what a ``step_timeout`` or ``episode_timeout`` does: ``"raise"`` (an
+            EnvTimeoutError for the env) or ``"truncate"``: the env's result is a normal one
+            ending its episode, ``("next", "done")`` and ``("next", "truncated")`` True,
+            ``("next", "terminated")`` False, reward 0, ``("next", "timed_out")`` True (every
+            step result has that flag then), its last observation under ``"next"``; the env,
+            rebuilt if its worker was stopped, needs a reset (step-and-reset does it). A
+            reset that times out still raises. See the guide's "Deadlines" page.
         startup_timeout: seconds the executor may take to build every env.
         close_timeout: seconds ``aclose`` waits for workers to stop before killing them.
         check_finite: make a result with NaN or inf in a float entry an EnvError for its
             env (the other envs' results are delivered); off by default, as it costs a
             pass over every result.
+        max_concurrency: at most this many envs run a reset, step or step-and-reset at once;
+            the other envs' commands are held in the pool, in the order sent. Default: no limit.
+        rate_limit: a :class:`~aenvs.RateLimit` (a token bucket, shareable by pools) each env's
+            reset, step or step-and-reset takes a token from at its dispatch. Default: no limit.
+            A held command counts as sent; its timeout counts from its dispatch.
 
     Example:
         >>> import asyncio, torch
@@ -102,27 +120,29 @@ class AsyncEnvPool:
         startup_timeout: float | None = None,
         close_timeout: float | None = None,
         check_finite: bool = False,
+        episode_timeout: float | None = None,
+        on_timeout: OnTimeout = "raise",
+        max_concurrency: int | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         arguments.check_choices(stack, on_error)
-        arguments.check_not_negative(
+        options = arguments.PoolOptions(
+            on_error=on_error,
             max_restarts=max_restarts,
             restart_backoff=restart_backoff,
             step_timeout=step_timeout,
             reset_timeout=reset_timeout,
             startup_timeout=startup_timeout,
             close_timeout=close_timeout,
+            check_finite=check_finite,
+            episode_timeout=episode_timeout,
+            on_timeout=on_timeout,
+            max_concurrency=max_concurrency,
+            rate_limit=rate_limit,
         )
         self._env_fns = arguments.env_fns_list(env_fns, num_envs)
         n = len(self._env_fns)
-        self._executor = arguments.executor_for(
-            executor,
-            envs_per_worker=envs_per_worker,
-            num_workers=num_workers,
-            startup_timeout=startup_timeout,
-            close_timeout=close_timeout,
-            step_timeout=step_timeout,
-            reset_timeout=reset_timeout,
-        )
+        self._executor = options.executor(executor, envs_per_worker=envs_per_worker, num_workers=num_workers)
         self._stack: StackMode = stack
         self._make_kwargs = arguments.make_kwargs_by_env(make_kwargs, n)
         self._started = False
@@ -135,12 +155,7 @@ class AsyncEnvPool:
         self._parts = parts = PoolParts(
             self._executor,
             first_seeds,
-            max_restarts=max_restarts,
-            restart_backoff=restart_backoff,
-            restart=on_error == "restart",
-            step_timeout=step_timeout,
-            reset_timeout=reset_timeout,
-            check_finite=check_finite,
+            options,
             check_open=self._check_open,
             ready=self._ready_to_send,
             closed=lambda: self._closed,
@@ -158,28 +173,10 @@ class AsyncEnvPool:
             if self._started:
                 return self
             try:
-                specs = await self._executor.start(
-                    self._env_fns, seeds=self._sender.first_seeds, make_kwargs=self._make_kwargs
-                )
-            except BaseException as exc:
-                self._closed = True
-                if isinstance(exc, EnvError) and not exc.executor:
-                    exc.executor = self._executor.name
-                raise
-            try:
-                buffers = self._executor.buffers
-                assert buffers is not None
-                arguments.check_batch_shapes(specs)
-                self._batcher = Batcher(specs, buffers, dense=arguments.is_dense(self._stack, specs))
+                self._batcher = await self._parts.start(self._env_fns, self._make_kwargs, self._stack)
             except BaseException:
                 self._closed = True
-                try:
-                    await self._executor.aclose()
-                finally:
-                    self._executor.kill()
                 raise
-            self._sender.specs = specs
-            self._slots.mark(self._sender.all_envs, EnvState.INIT)
             self._loop = asyncio.get_running_loop()
             self._started = True
             self._started_at = time.perf_counter()
@@ -197,15 +194,10 @@ class AsyncEnvPool:
         if self._started and asyncio.get_running_loop() is not self._loop:
             self.kill()
             return
-        self._executor.wake()
-        await self._parts.restarts.aclose()
+        await self._parts.stop_sending()
         if self._started:
             self._started = False
-            try:
-                await self._executor.aclose()
-            finally:
-                self._executor.kill()
-                self._slots.clear()
+            await self._parts.stop_workers()
 
     async def __aenter__(self) -> Self:
         return await self.start()
@@ -218,11 +210,8 @@ class AsyncEnvPool:
         waiting for them (for finalizers and ``__del__``; :meth:`aclose` stops them gracefully).
         Idempotent."""
         self._closed = True
-        if self._started:
-            self._started = False
-            self._parts.restarts.forget()
-            self._executor.kill()
-            self._slots.mark(self._sender.all_envs, EnvState.VOID)
+        started, self._started = self._started, False
+        self._parts.kill(started)
 
     def __del__(self) -> None:
         if getattr(self, "_started", False) and not self._closed:
@@ -271,6 +260,11 @@ class AsyncEnvPool:
         """Whether batches are dense TensorDicts (else lazy stacks)."""
         return self._batcher_or_raise().dense
 
+    @property
+    def on_timeout(self) -> OnTimeout:
+        """``"raise"`` or ``"truncate"`` (then every step result has ``("next", "timed_out")``)."""
+        return self._parts.options.on_timeout
+
     def stats(self) -> PoolStats:
         """Per env step counts and latencies, in-flight and ready counts, throughput."""
         return self._parts.stats(self._started_at)
@@ -283,18 +277,6 @@ class AsyncEnvPool:
         if not self._started:
             raise RuntimeError("the pool is not started: use `async with pool:` or `await pool.start()`")
 
-    def _check_loop(self) -> None:
-        """Refuse a coroutine of the pool run on an event loop other than the one it started on."""
-        running = asyncio.get_running_loop()
-        if running is not self._loop and self._started:
-            raise RuntimeError(
-                f"this pool was started on another event loop ({self._loop!r}, now "
-                f"{'closed' if self._loop is not None and self._loop.is_closed() else 'not this one'}) "
-                f"than the one running this call ({running!r}): a pool belongs to the loop it started "
-                "on, where its executor delivers results. Use it from that loop, or build one pool per "
-                "loop (synchronous code: aenvs.SerialEnv / ParallelEnv keep one loop for you)"
-            )
-
     def _batcher_or_raise(self) -> Batcher:
         self._check_open()
         assert self._batcher is not None
@@ -304,8 +286,8 @@ class AsyncEnvPool:
         """The batcher, once the pool is checked open and on its own loop."""
         if self._closed or not self._started:
             self._check_open()
-        if asyncio.get_running_loop() is not self._loop:
-            self._check_loop()
+        if (running := asyncio.get_running_loop()) is not self._loop:
+            raise other_loop_error(self._loop, running)
         assert self._batcher is not None
         return self._batcher
 
@@ -553,12 +535,4 @@ class AsyncEnvPool:
         Each env is reset with its seed (and its action space seeded) at once, as TorchRL's
         ``set_seed`` does; the next :meth:`reset` continues from there.
         """
-        indices = await self._parts.targets(None)
-        seeds, after = seed_chain(seed, self.num_envs)
-        await self._parts.ask(
-            Command(CommandKind.SEED, indices, seeds=dict(zip(indices, seeds, strict=True)))
-        )
-        no_seeds: list[int | None] = [None] * self.num_envs
-        self._sender.first_seeds = no_seeds
-        self._slots.mark(indices, EnvState.INIT)
-        return after
+        return await self._parts.seed(seed)

@@ -19,9 +19,11 @@ from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from aenvs import _masks as masks
 from aenvs._commands import CommandKind
+from aenvs._layout import TIMED_OUT
 from aenvs._pool.parts import PoolParts
 from aenvs._pool.sending import EnvIndex, Seed
 from aenvs._seeding import seed_chain
+from aenvs._specs import Leaf
 from aenvs._tensors import td_get, td_keys
 
 __all__ = ["WholeBatchCalls", "has_step_masks"]
@@ -235,7 +237,16 @@ class WholeBatchCalls:
         return [{masks.RESET_KEY: per_sub_env[r].copy()} for r in rows]
 
     def _zeros(self, indices: list[int], which: Literal["step", "reset"], dense: bool) -> TensorDictBase:
-        """Zeros laid out as the step results (or reset results) of ``indices``."""
+        """Zeros laid out as the step results (or reset results) of ``indices``, with the
+        ``"timed_out"`` flag of step results when timeouts truncate."""
         specs = self._sender.specs
-        layouts = [specs[i].step_leaves if which == "step" else specs[i].reset_leaves for i in indices]
-        return masks.zeros(layouts, dense=dense)
+        if which == "reset":
+            return masks.zeros([specs[i].reset_leaves for i in indices], dense=dense)
+        if not self._parts.options.truncate:
+            return masks.zeros([specs[i].step_leaves for i in indices], dense=dense)
+        # step results of a pool whose timeouts truncate carry a "timed_out" flag: the rows
+        # not stepped too, so that every row (and a batch of none stepped) has it
+        flag = [Leaf((TIMED_OUT,), (*specs[i].batch_shape, 1), np.dtype(bool)) for i in indices]
+        return masks.zeros(
+            [(*specs[i].step_leaves, f) for i, f in zip(indices, flag, strict=True)], dense=dense
+        )

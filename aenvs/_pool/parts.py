@@ -1,5 +1,6 @@
 """The pool's working parts, wired together: its slot table, sender, receiver, failures,
-restart supervisor and abandoned commands; and what runs across them.
+restart supervisor and abandoned commands; and what runs across them (building the envs,
+closing, abandoning results, seeding, stats).
 
 :class:`~aenvs.AsyncEnvPool` owns its lifecycle and its documented methods; it hands the
 work to these parts.
@@ -7,25 +8,45 @@ work to these parts.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from tensordict import TensorDictBase
+import numpy as np
+from tensordict import NonTensorData, NonTensorStack, TensorDictBase
 
 from aenvs._batching import Batcher
-from aenvs._commands import Command, CommandKind
+from aenvs._commands import Command, CommandKind, Completion
+from aenvs._env import EnvFn, EnvState
+from aenvs._errors import EnvError
 from aenvs._pool.abandoned import AbandonedCommands
+from aenvs._pool.arguments import PoolOptions, StackMode, check_batch_shapes, is_dense
+from aenvs._pool.deadlines import Deadlines
 from aenvs._pool.failures import Failures
 from aenvs._pool.receiving import Receiver
 from aenvs._pool.restarts import RestartSupervisor
 from aenvs._pool.sending import TD_ENV_INDEX, EnvIndex, Sender, member_index
 from aenvs._pool.slots import SlotTable
-from aenvs._pool.stats import PoolStats
-from aenvs._tensors import td_keys
+from aenvs._pool.stats import LatencyPercentiles, PoolStats
+from aenvs._seeding import seed_chain
+from aenvs._tensors import td_get, td_items, td_keys
 from aenvs.executors import Executor
 
-__all__ = ["PoolParts"]
+__all__ = ["PoolParts", "other_loop_error"]
+
+
+def other_loop_error(
+    started_on: asyncio.AbstractEventLoop | None, running: asyncio.AbstractEventLoop
+) -> RuntimeError:
+    """The error of a pool's coroutine run on ``running``, not the loop the pool ``started_on``."""
+    now = "closed" if started_on is not None and started_on.is_closed() else "not this one"
+    return RuntimeError(
+        f"this pool was started on another event loop ({started_on!r}, now {now}) than the one "
+        f"running this call ({running!r}): a pool belongs to the loop it started on, where its "
+        "executor delivers results. Use it from that loop, or build one pool per loop "
+        "(synchronous code: aenvs.SerialEnv / ParallelEnv keep one loop for you)"
+    )
 
 
 class PoolParts:
@@ -34,20 +55,14 @@ class PoolParts:
     Args:
         executor: runs the envs.
         first_seeds: per env, the seed of its first reset (or None).
-        max_restarts: restarts allowed per env.
-        restart_backoff: seconds before an env's first restart, doubled for each next one.
-        restart: whether failed envs are restarted (``on_error="restart"``).
-        step_timeout: seconds a step may take, or None.
-        reset_timeout: seconds a reset may take, or None.
-        check_finite: whether results with NaN or inf are errors.
+        options: the pool's options (restarts, timeouts, limits, deadlines...).
         check_open: checks the pool is open (started, not closed).
         ready: checks the pool is usable now (open, on its loop) and returns its batcher.
         closed: whether the pool is closed.
 
     Example:
         >>> from aenvs.executors import make_executor
-        >>> parts = PoolParts(make_executor("inline"), [None] * 2, max_restarts=0, restart_backoff=0.0,
-        ...     restart=False, step_timeout=None, reset_timeout=None, check_finite=False,
+        >>> parts = PoolParts(make_executor("inline"), [None] * 2, PoolOptions(),
         ...     check_open=lambda: None, ready=lambda: None, closed=lambda: False)
         >>> parts.slots.states, parts.stats(started_at=0.0).in_flight
         ([<EnvState.VOID: 'void'>, <EnvState.VOID: 'void'>], 0)
@@ -57,25 +72,21 @@ class PoolParts:
         self,
         executor: Executor,
         first_seeds: list[int | None],
+        options: PoolOptions,
         *,
-        max_restarts: int,
-        restart_backoff: float,
-        restart: bool,
-        step_timeout: float | None,
-        reset_timeout: float | None,
-        check_finite: bool,
         check_open: Callable[[], None],
         ready: Callable[[], Batcher],
         closed: Callable[[], bool],
     ) -> None:
         n = len(first_seeds)
         self.executor = executor
+        self.options = options
         self.slots = slots = SlotTable(n, executor.name)
         self.restarts = RestartSupervisor(
             executor,
             num_envs=n,
-            max_restarts=max_restarts,
-            backoff=restart_backoff,
+            max_restarts=options.max_restarts,
+            backoff=options.restart_backoff,
             is_free=slots.is_free,
             rebuild_in_place=self._rebuild_in_place,
             rebuilt=slots.mark_rebuilt,
@@ -84,11 +95,11 @@ class PoolParts:
         self.failures = failures = Failures(
             executor,
             num_envs=n,
-            step_timeout=step_timeout,
-            reset_timeout=reset_timeout,
-            restart=self.restarts.failed if restart else None,
+            step_timeout=options.step_timeout,
+            reset_timeout=options.reset_timeout,
+            restart=self.restarts.failed if options.on_error == "restart" else None,
         )
-        slots.vet = failures.vet if check_finite else None
+        slots.vet = failures.vet if options.check_finite else None
         slots.on_failure = failures.on_failure
         self.sender = Sender(
             executor,
@@ -99,10 +110,25 @@ class PoolParts:
             ready=ready,
             drain=self.drain,
             closed=closed,
+            max_concurrency=options.max_concurrency,
+            rate_limit=options.rate_limit,
         )
         self.receiver = Receiver(
             slots, executor, drain=self.drain, closed=closed, ready=ready, indices=self.sender.indices
         )
+        self.deadlines: Deadlines | None = None
+        if options.episode_timeout is not None or options.truncate:
+            self.deadlines = self.sender.deadlines = Deadlines(
+                executor,
+                slots,
+                failures,
+                self.restarts,
+                episode_timeout=options.episode_timeout,
+                truncate=options.truncate,
+                reset_timeout=options.reset_timeout,
+                drain=self.drain,
+                closed=closed,
+            )
         self.abandoned = AbandonedCommands(
             slots,
             drain=self.drain,
@@ -117,7 +143,12 @@ class PoolParts:
         """Record in the slot table the completions that arrived."""
         completions = self.executor.poll()
         if completions:
-            self.slots.record(completions, time.perf_counter())
+            now = time.perf_counter()
+            if self.failures.stopping:  # an answer may have beaten the stop of its command
+                self.failures.screen(completions)
+            if self.deadlines is not None:
+                completions = self.deadlines.arrived(completions, now)
+            self.slots.record(completions, now)
 
     async def settle(self, td: TensorDictBase | None, env_index: EnvIndex | None, *, whole: bool) -> None:
         """Before a command: wait for the envs it goes to that are being restarted (never for
@@ -143,14 +174,110 @@ class PoolParts:
         self.sender.dispatch(command)
         return await self.receiver.answers(command.env_indices, command.label())
 
+    async def start(
+        self, env_fns: list[EnvFn], make_kwargs: dict[int, Mapping[str, Any]], stack: StackMode
+    ) -> Batcher:
+        """Build every env on the executor; return the batcher of their results, stacked as
+        ``stack`` says (step results flagged ``"timed_out"`` when timeouts truncate). On
+        failure, whatever the executor started is stopped and the error raised."""
+        try:
+            specs = await self.executor.start(env_fns, seeds=self.sender.first_seeds, make_kwargs=make_kwargs)
+        except BaseException as exc:
+            if isinstance(exc, EnvError) and not exc.executor:
+                exc.executor = self.executor.name
+            raise
+        try:
+            buffers = self.executor.buffers
+            assert buffers is not None
+            check_batch_shapes(specs)
+            batcher = Batcher(specs, buffers, is_dense(stack, specs), self.options.truncate)
+        except BaseException:
+            await self._stop_executor()
+            raise
+        self.sender.specs = specs
+        self.slots.mark(self.sender.all_envs, EnvState.INIT)
+        return batcher
+
+    async def stop_sending(self) -> None:
+        """The first half of :meth:`aenvs.AsyncEnvPool.aclose`: no more sends, receives woken,
+        restarts under way stopped."""
+        self.sender.close()
+        self.executor.wake()
+        await self.restarts.aclose()
+
+    async def stop_workers(self) -> None:
+        """The second half of :meth:`aenvs.AsyncEnvPool.aclose`, once the pool started: its
+        workers stopped (and killed if need be), its slots cleared."""
+        try:
+            await self._stop_executor()
+        finally:
+            self.slots.clear()
+
+    def kill(self, started: bool) -> None:
+        """:meth:`aenvs.AsyncEnvPool.kill`: stop sending, and kill the workers if the pool ``started``."""
+        self.sender.close()
+        if started:
+            self.restarts.forget()
+            self.executor.kill()
+            self.slots.mark(self.sender.all_envs, EnvState.VOID)
+
+    async def _stop_executor(self) -> None:
+        try:
+            await self.executor.aclose()
+        finally:
+            self.executor.kill()
+
+    def abandon(self, env_index: EnvIndex | None) -> None:
+        """:meth:`aenvs.AsyncEnvPool.abandon`."""
+        self._check_open()
+        slots = self.slots
+        indices = self.sender.indices(env_index) or self.sender.all_envs
+        self.drain()
+        for kind in (CommandKind.STEP, CommandKind.RESET, CommandKind.STEP_AND_RESET):
+            due = [
+                i
+                for i in indices
+                if slots.pending[i] is kind or (i in slots.ready and slots.ready[i].kind is kind)
+            ]
+            if due:
+                self.abandoned.abandon(kind, due)
+
+    async def seed(self, seed: int) -> int:
+        """:meth:`aenvs.AsyncEnvPool.set_seed`."""
+        indices = await self.targets(None)
+        seeds, after = seed_chain(seed, len(indices))
+        await self.ask(Command(CommandKind.SEED, indices, seeds=dict(zip(indices, seeds, strict=True))))
+        no_seeds: list[int | None] = [None] * len(indices)
+        self.sender.first_seeds = no_seeds
+        self.slots.mark(indices, EnvState.INIT)
+        return after
+
     async def _rebuild_in_place(self, indices: list[int]) -> None:
         self.sender.dispatch(Command(CommandKind.REBUILD, indices))
         await self.receiver.answers(indices, "rebuild")
 
+    def step_columns(self, picked: list[Completion], batcher: Batcher) -> dict[tuple[str, ...], Any]:
+        """Step results as columns (see :meth:`AsyncEnvPool.async_step_recv_columns`)."""
+        inputs = self.slots.pop_inputs(picked) if picked else []
+        if not picked:
+            return {("env_index",): np.zeros(0, np.int64)}
+        plain = batcher.step_columns(picked)
+        if plain is not None:
+            return plain
+        td = batcher.step_batch(picked, inputs)  # a lazy pool, or entries other than plain values
+        columns: dict[tuple[str, ...], Any] = {("env_index",): td_get(td, "env_index").numpy()}
+        nxt: TensorDictBase = td_get(td, "next")
+        for key, value in td_items(nxt, nested=True):
+            if isinstance(value, TensorDictBase) and type(value) not in (NonTensorData, NonTensorStack):
+                continue  # a sub-TensorDict: its entries come on their own
+            path = (key,) if isinstance(key, str) else tuple(key)
+            columns[cast("tuple[str, ...]", path)] = value
+        return columns
+
     def stats(self, started_at: float) -> PoolStats:
         """A snapshot of the activity since ``started_at`` (0: not started)."""
         self.drain()
-        slots = self.slots
+        slots, limits = self.slots, self.sender.limits
         uptime = time.perf_counter() - started_at if started_at else 0.0
         return PoolStats(
             steps=list(slots.steps),
@@ -166,4 +293,9 @@ class PoolParts:
             abandoned_threads=self.executor.counters().get("abandoned_threads", 0),
             receiving=len(self.receiver.receives.waiting),
             in_flight_envs=slots.in_flight_envs(),
+            env_latency=slots.env_latency.percentiles(),
+            policy_wait=slots.policy_wait.percentiles(),
+            limit_wait=limits.wait.percentiles() if limits else LatencyPercentiles.empty(slots.num_envs),
+            limit_wait_seconds=limits.wait_seconds if limits else 0.0,
+            held=limits.held if limits else 0,
         )

@@ -119,6 +119,29 @@ class Receiver:
             picked.sort(key=lambda c: c.env_index)
         return picked
 
+    async def wait_any(self, timeout: float | None) -> None:
+        """Wait until a transition result of any kind is ready, consuming nothing."""
+        slots = self._slots
+        if not any(slots.outstanding.values()):
+            raise ValueError(
+                "no step, reset or step-and-reset is in flight or ready; this would wait forever"
+            )
+        self._drain()
+        if slots.ready:
+            return
+        self._executor.flush()
+        self._drain()
+
+        async def arrival() -> None:
+            while not slots.ready:
+                await self._executor.wait_ready()
+                if self._closed():
+                    raise PoolClosedError("the pool was closed while waiting")
+                self._drain()
+
+        if not slots.ready:
+            await (arrival() if timeout is None else asyncio.wait_for(arrival(), timeout))
+
     def _take_unheld(
         self, receive: Receive | None, kind: CommandKind, max_get: int | None
     ) -> list[Completion]:

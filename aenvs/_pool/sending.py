@@ -11,15 +11,18 @@ import torch
 from tensordict import TensorDictBase
 
 from aenvs._batching import Batcher, shallow_copy
-from aenvs._commands import Command, CommandKind
+from aenvs._commands import TRANSITIONS, Command, CommandKind
 from aenvs._env import EnvState
+from aenvs._extras import put
 from aenvs._indices import read_env_index
+from aenvs._pool.deadlines import Deadlines
 from aenvs._pool.failures import Failures
+from aenvs._pool.limits import Limits, RateLimit
 from aenvs._pool.restarts import RestartSupervisor
 from aenvs._pool.slots import SlotTable
 from aenvs._seeding import seed_chain
-from aenvs._specs import EnvSpec
-from aenvs._tensors import td_get
+from aenvs._specs import EnvSpec, Key
+from aenvs._tensors import td_get, td_unchecked
 from aenvs.executors import Executor
 
 __all__ = ["TD_ENV_INDEX", "EnvIndex", "Seed", "Sender", "member_index"]
@@ -57,6 +60,8 @@ class Sender:
         ready: checks the pool can send now (open, on its loop) and returns its batcher.
         drain: records what arrived (before a timeout stops what did not).
         closed: whether the pool is closed.
+        max_concurrency: transition commands running at once, or None (see :class:`Limits`).
+        rate_limit: a token bucket transition commands take a token per env from, or None.
 
     Example:
         >>> from aenvs.executors import make_executor
@@ -82,6 +87,8 @@ class Sender:
         ready: Callable[[], Batcher],
         drain: Callable[[], None],
         closed: Callable[[], bool],
+        max_concurrency: int | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         self.num_envs = len(first_seeds)
         self.all_envs = list(range(self.num_envs))
@@ -94,6 +101,19 @@ class Sender:
         self._ready = ready
         self._drain = drain
         self._closed = closed
+        self.deadlines: Deadlines | None = None  # episode_timeout / on_timeout="truncate"
+        self.limits: Limits | None = None
+        if max_concurrency is not None or rate_limit is not None:
+            self.limits = Limits(
+                slots,
+                max_concurrency=max_concurrency,
+                rate_limit=rate_limit,
+                dispatch=self._submit,
+                drain=drain,
+                wait_ready=executor.wait_ready,
+                wake=executor.wake,
+                closed=closed,
+            )
 
     def indices(self, env_index: EnvIndex | None, name: str = "env_index") -> list[int] | None:
         """The envs ``env_index`` names, checked (None: it names none)."""
@@ -136,14 +156,35 @@ class Sender:
         return indices
 
     def dispatch(self, command: Command) -> None:
-        """Send ``command``, and arm its timeout if its kind has one."""
+        """Send ``command``: to the executor, or, for a transition over the pool's limits, held
+        until they let it go."""
         now = time.perf_counter()
-        kind, indices = command.kind, command.env_indices
-        self._slots.sent(kind, indices, now)
-        limit = self._failures.limit(kind)
+        self._slots.sent(command.kind, command.env_indices, now)
+        limits = self.limits
+        if limits is not None and command.kind in TRANSITIONS:
+            limits.admit(command, now)
+        else:
+            self._submit(command, now)
+
+    def _submit(self, command: Command, sent_at: float) -> None:
+        """Hand ``command`` (sent at ``sent_at``) to the executor; arm its timeout if its kind
+        has one, counted from now."""
+        deadlines = self.deadlines
+        if deadlines is not None:
+            sending = deadlines.submitting(command, sent_at)  # not the steps whose episode is over
+            if sending is None:
+                return
+            command = sending
+        limit = self._failures.limit(command.kind)
         if limit is not None:
-            asyncio.get_running_loop().call_later(limit, self._expire, indices, now, limit)
+            loop = asyncio.get_running_loop()
+            loop.call_later(limit, self._expire, command.env_indices, sent_at, limit)
         self._executor.submit(command)
+
+    def close(self) -> None:
+        """The pool closes: the commands its limits hold are dropped, never dispatched."""
+        if self.limits is not None:
+            self.limits.close()
 
     def _expire(self, indices: list[int], sent_at: float, limit: float) -> None:
         """A timeout fired: stop the workers of the envs still running that command."""
@@ -169,6 +210,25 @@ class Sender:
         batcher.write_actions(td, indices)
         # later key changes by the caller do not reach the results
         self._slots.keep_inputs(shallow_copy(td), indices)
+        self.dispatch(Command(kind, indices, object_actions=objects))
+        return indices
+
+    def send_columns(self, kind: CommandKind, env_index: list[int], actions: Mapping[Any, Any]) -> list[int]:
+        """:meth:`send_actions` with the actions by key as tensors or lists of values."""
+        batcher = self._ready()
+        columns: dict[Key, Any] = {}
+        tensors: dict[str, Any] = {}
+        for key, value in actions.items():
+            path: Key = (key,) if isinstance(key, str) else tuple(key)
+            columns[path] = value
+            if isinstance(value, torch.Tensor):
+                put(tensors, path, value)
+        indices = self.targets(None, env_index)
+        td = td_unchecked(tensors, torch.Size([len(indices)]))
+        batcher.check_actions(td, indices)
+        objects = batcher.objects.read(td, indices, columns)
+        batcher.write_actions(td, indices)
+        self._slots.keep_inputs(td, indices)
         self.dispatch(Command(kind, indices, object_actions=objects))
         return indices
 

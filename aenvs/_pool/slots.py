@@ -8,6 +8,7 @@ one per env at a time: an env is busy from its send until its result is received
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 
@@ -17,6 +18,7 @@ from aenvs._commands import TRANSITIONS, CommandKind, Completion
 from aenvs._env import EnvState
 from aenvs._errors import EnvBusyError
 from aenvs._gathering import Inputs
+from aenvs._pool.latency import MASK, SHIFT, LatencyWindows
 
 __all__ = ["SlotTable"]
 
@@ -69,6 +71,12 @@ class SlotTable:
         self.outstanding: Counter[CommandKind] = Counter()  # transitions in flight or ready, by kind
         self.in_flight = 0
         self.sent_at = [0.0] * num_envs
+        # when each env's command reached the executor: when it was sent, unless the pool's
+        # limits hold commands (then a list of its own, which aenvs._pool.limits writes)
+        self.dispatched_at = self.sent_at
+        self.taken_at = [0.0] * num_envs  # when each env's last result was received (0: none)
+        self.env_latency = LatencyWindows(num_envs)  # dispatch to completion, per transition
+        self.policy_wait = LatencyWindows(num_envs)  # result received to next transition sent
         self.steps = [0] * num_envs
         self.latency_sum = [0.0] * num_envs
         self.latency_last = [0.0] * num_envs
@@ -93,6 +101,21 @@ class SlotTable:
         self.in_flight += len(indices)
         if kind in TRANSITIONS:
             self.outstanding[kind] += len(indices)
+            taken, waits, counts = self.taken_at, self.policy_wait.ring, self.policy_wait.counts
+            for i in indices:
+                t = taken[i]
+                if t:  # a sample in env i's window (LatencyWindows.add, inline)
+                    n = counts[i]
+                    waits[(i << SHIFT) | (n & MASK)] = now - t
+                    counts[i] = n + 1
+
+    def withdraw(self, kind: CommandKind, indices: Sequence[int]) -> None:
+        """The ``kind`` command sent to ``indices`` never went out (held when the pool closed)."""
+        pending = self.pending
+        for i in indices:
+            pending[i] = None
+        self.in_flight -= len(indices)
+        self.outstanding[kind] -= len(indices)
 
     def keep_inputs(self, td: TensorDictBase, indices: Sequence[int]) -> None:
         """Keep ``td`` (row ``r`` for ``indices[r]``) for the results of the steps it sends."""
@@ -119,8 +142,9 @@ class SlotTable:
     def record(self, completions: Sequence[Completion], now: float) -> None:
         """Record completions that arrived at time ``now``: states, latencies, ready results."""
         # runs for every completion: attributes looked up once, kinds compared by identity
-        pending, ready, states, sent_at = self.pending, self.ready, self.states, self.sent_at
+        pending, ready, states, dispatched_at = self.pending, self.ready, self.states, self.dispatched_at
         steps, latency_sum, latency_last = self.steps, self.latency_sum, self.latency_last
+        in_env, in_env_counts = self.env_latency.ring, self.env_latency.counts
         vet, on_failure = self.vet, self.on_failure
         for c in completions:
             i, kind = c.env_index, c.kind
@@ -145,10 +169,13 @@ class SlotTable:
                 self.errors[i] += 1
                 states[i] = _ERROR
                 continue
+            latency = now - dispatched_at[i]
+            n = in_env_counts[i]  # a sample in env i's window (LatencyWindows.add, inline)
+            in_env[(i << SHIFT) | (n & MASK)] = latency
+            in_env_counts[i] = n + 1
             if kind is _RESET:
                 states[i] = _RUN
                 continue
-            latency = now - sent_at[i]
             steps[i] += 1
             latency_sum[i] += latency
             latency_last[i] = latency
@@ -207,15 +234,18 @@ class SlotTable:
     def _raise(self, i: int) -> None:
         c = self.ready.pop(i)
         self.inputs[i] = None
+        self.taken_at[i] = time.perf_counter()
         self.outstanding[c.kind] -= 1
         assert c.error is not None
         raise c.error.to_exception(i, c.kind.value, self.executor)
 
     def consume(self, kind: CommandKind, picked: Sequence[Completion]) -> None:
         """The results ``picked`` (of ``kind``) are received: their envs are free again."""
-        ready = self.ready
+        ready, taken, now = self.ready, self.taken_at, time.perf_counter()
         for c in picked:
-            del ready[c.env_index]
+            i = c.env_index
+            del ready[i]
+            taken[i] = now
         self.outstanding[kind] -= len(picked)
 
     def pop_inputs(self, picked: Sequence[Completion]) -> list[Inputs]:
@@ -235,6 +265,7 @@ class SlotTable:
         c = self.ready.pop(i)
         self.outstanding[c.kind] -= 1
         self.inputs[i] = None
+        self.taken_at[i] = 0.0  # nobody took it: no wait for the caller to measure
 
     def clear(self) -> None:
         """Forget every state, ready result and input (the pool closed)."""

@@ -149,11 +149,13 @@ class Executor(abc.ABC):
     def abort(self, env_indices: Sequence[int]) -> None:
         """Give up on the commands in flight for these envs (they outlived a timeout).
 
-        Stops the workers hosting them now (kills the process or actor, abandons the
-        thread, cancels the coroutine env's task) and answers every command still in
-        flight on those workers with a crash (:meth:`RemoteError.worker_died`); nothing
-        those workers send later is delivered. Their envs need :meth:`respawn` before
-        they run commands again. Never blocks.
+        Stops the workers hosting them now (cancels the coroutine env's task, abandons the
+        thread, sends the process SIGTERM, asks the actor to cancel its commands) and
+        answers every command still in flight on those workers with a crash
+        (:meth:`RemoteError.worker_died`); nothing those workers send later is delivered.
+        Their envs still close once (docs/guide/clean-up.md): the process or actor is
+        killed when its envs closed, or ``close_timeout`` later. Their envs need
+        :meth:`respawn` before they run commands again. Never blocks.
         """
         raise NotImplementedError(f"the {self.name} executor cannot abort a command in flight")
 

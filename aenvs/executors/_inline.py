@@ -95,6 +95,7 @@ class InlineExecutor(Executor):
         self._envs: dict[int, _CoroutineEnv] = {}  # coroutine envs, once they got a command
         self._is_async: list[bool] = []  # per env, looked up on every submit
         self._aborted: set[int] = set()
+        self._cancelled: dict[int, asyncio.Task[None]] = {}  # aborted envs' tasks, awaited before a rebuild
         self._closing = False
         self._plain: deque[Command] = deque()  # plain envs' commands, run at the loop's next turn
         self._plain_scheduled = False
@@ -117,6 +118,7 @@ class InlineExecutor(Executor):
         specs = [runner.specs[i] for i in range(len(env_fns))]
         self.buffers = Buffers.allocate(specs)
         runner.attach({i: self.buffers.rows(i) for i in range(len(env_fns))})
+        runner.close_timeout = self.close_timeout
         self._runner = runner
         self._is_async = [runner.is_async(i) for i in range(len(env_fns))]
         return specs
@@ -313,6 +315,7 @@ class InlineExecutor(Executor):
                 continue
             assert env.task is not None
             env.task.cancel()
+            self._cancelled[i] = env.task
             coro, env.coro = env.coro, None
             if coro is not None:  # started, not yet taken over by its task
                 _close(coro)
@@ -326,6 +329,10 @@ class InlineExecutor(Executor):
         runner = self._runner
         assert runner is not None
         rebuilt = [i for i in env_indices if i in self._aborted]
+        # the aborted steps end first (their cancellation delivered), then their envs close
+        tasks = [t for i in rebuilt if (t := self._cancelled.pop(i, None)) is not None and not t.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.close_timeout)
         for i in rebuilt:
             await runner.rebuild(i)
             self._aborted.discard(i)
@@ -334,6 +341,9 @@ class InlineExecutor(Executor):
     async def aclose(self) -> None:
         self._closing = True
         tasks = [self._cancel(env) for env in self._envs.values()]
+        # and the aborted envs' tasks: their envs close next
+        tasks += [task for task in self._cancelled.values() if not task.done()]
+        self._cancelled.clear()
         if tasks:
             # an env that swallows its cancellation keeps its task: abandoned after
             # close_timeout (a task cannot be killed), as the thread executor abandons a thread
@@ -350,8 +360,16 @@ class InlineExecutor(Executor):
         for env in self._envs.values():
             self._cancel(env)
         runner, self._runner = self._runner, None
-        if runner is not None:
-            runner.close()
+        if runner is None:
+            return
+        # async envs close on the pool's loop, where their resources live
+        loop = self._loop
+        if loop is None or loop.is_closed() or _running_loop() is loop:
+            runner.close()  # on the pool's loop: async closes run in tasks of it
+        elif loop.is_running():  # in another thread: closed there, at its next turn
+            loop.call_soon_threadsafe(runner.close)
+        else:
+            runner.close(loop)
 
     @staticmethod
     def _cancel(env: _CoroutineEnv) -> asyncio.Task[None]:
@@ -373,6 +391,13 @@ def _is_interrupt(completion: Completion) -> bool:
 
 def _interrupt_for(completion: Completion) -> KeyboardInterrupt:
     return KeyboardInterrupt(f"raised inside env {completion.env_index}'s {completion.kind.value}")
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _close(coro: Coroutine[Any, Any, Any]) -> None:

@@ -23,8 +23,8 @@ import asyncio
 import contextlib
 import os
 import pickle
-import signal
 import socket
+import time
 from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from typing import Any
@@ -37,6 +37,7 @@ from aenvs._specs import EnvSpec
 from aenvs._zygote import fork_worker
 from aenvs.executors._base import Capabilities
 from aenvs.executors._pickling import cloudpickle_dumps
+from aenvs.executors._reaper import Reaper
 from aenvs.executors._workers import WorkerGroupExecutor
 
 __all__ = ["ProcessExecutor"]
@@ -64,13 +65,6 @@ class _Worker:
     def describe_death(self, why: str = "died") -> str:
         return f"worker process {self.index} (pid {self.pid}) hosting envs {self.env_indices} {why}"
 
-    def signal(self, signum: int) -> None:
-        with contextlib.suppress(ProcessLookupError, OSError):
-            if self.pidfd >= 0:
-                signal.pidfd_send_signal(self.pidfd, signum)
-            elif self.pid:
-                os.kill(self.pid, signum)
-
 
 class ProcessExecutor(WorkerGroupExecutor[_Worker]):
     """Runs envs in worker processes, several envs per worker, results in shared memory.
@@ -79,7 +73,8 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
         num_workers: worker processes (default: ``os.cpu_count()``, at most one per env).
         envs_per_worker: envs per worker instead (overrides ``num_workers``).
         startup_timeout: seconds for every worker to build its envs.
-        close_timeout: seconds ``aclose`` waits for workers before SIGTERM, then SIGKILL.
+        close_timeout: seconds ``aclose`` waits for workers to stop before SIGTERM (on which a
+            worker interrupts its command and closes its envs), and again before SIGKILL.
 
     Example:
         >>> import asyncio
@@ -107,6 +102,7 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
     ) -> None:
         super().__init__(num_workers, envs_per_worker, startup_timeout, close_timeout)
         self._arena: SharedArena | None = None  # its descriptor stays open for workers started later
+        self._reapers: list[Reaper] = []  # workers given up on, closing their envs before a SIGKILL
 
     @property
     def pids(self) -> list[int]:
@@ -152,7 +148,7 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
         assert arena is not None
         for worker in workers:
             assert worker.conn is not None
-            worker.conn.send_bytes(_dumps((self._specs, arena.size)))
+            worker.conn.send_bytes(_dumps((self._specs, arena.size, self.close_timeout)))
             reduction.send_handle(worker.conn, arena.fd, worker.pid)
 
     def _spawn(self, workers: list[_Worker]) -> None:
@@ -222,8 +218,15 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
         return worker.describe_death(why)
 
     def _stop(self, worker: _Worker, why: str) -> None:
-        worker.signal(signal.SIGKILL)
+        # SIGTERM: the worker interrupts its command and closes its envs; SIGKILL after close_timeout
+        self._reap([worker], self.close_timeout)
         self._lost(worker, why)
+
+    def _reap(self, workers: list[_Worker], grace: float) -> None:
+        self._reapers = [r for r in self._reapers if not r.done.is_set()]
+        targets = [(w.pid, w.pidfd) for w in workers if w.pid]
+        if targets:
+            self._reapers.append(Reaper(targets, grace))
 
     def _unwatch(self, worker: _Worker) -> None:
         loop = self._loop
@@ -264,6 +267,9 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
     # -- closing ----------------------------------------------------------------------------
 
     async def aclose(self) -> None:
+        """Tell every worker to stop (it finishes its command, then closes its envs); after
+        ``close_timeout``, SIGTERM those still running (the command is interrupted, the envs
+        close); after ``close_timeout`` more, SIGKILL."""
         self._closing = True
         try:
             for worker in self._workers:
@@ -273,12 +279,13 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
                     except OSError:
                         pass
             await self._wait_exit(self.close_timeout)
-            for worker in self._workers:
-                if worker.alive:
-                    worker.signal(signal.SIGTERM)
-            await self._wait_exit(1.0)
+            self._reap([w for w in self._workers if w.alive], self.close_timeout)
+            # also the workers given up on before (a timeout), still closing their envs
+            reapers = [r for r in self._reapers if not r.done.is_set()]
+            if reapers:
+                await asyncio.to_thread(_wait_all, reapers, self.close_timeout + 1.0)
         finally:
-            self.kill()
+            self._kill(0.0)
 
     async def _wait_exit(self, timeout: float) -> None:
         pending = [
@@ -288,12 +295,26 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
             await asyncio.wait(pending, timeout=timeout)
 
     def kill(self) -> None:
+        """SIGTERM every worker (each closes its envs), SIGKILL those still running
+        ``close_timeout`` later (from a thread: this returns at once)."""
+        self._kill(self.close_timeout)
+
+    def _kill(self, grace: float) -> None:
         self._closing = True
+        self._reap([w for w in self._workers if w.alive], grace)
+        if not grace:
+            for reaper in self._reapers:
+                reaper.kill_now()
         for worker in self._workers:
-            worker.signal(signal.SIGKILL)  # a no-op for workers that already exited
             worker.alive = False
             self._release(worker)
         self._workers = []
         if self._arena is not None:
             self._arena.close_fd()
             self._arena = None
+
+
+def _wait_all(reapers: list[Reaper], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for reaper in reapers:
+        reaper.wait(max(0.0, deadline - time.monotonic()))

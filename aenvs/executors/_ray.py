@@ -150,6 +150,8 @@ class RayExecutor(WorkerGroupExecutor[_Actor]):
         self._generation = itertools.count()
         self._host: Any = None
         self._joined = False  # counted as a user of the Ray connection aenvs made
+        # actors given up on (a timeout), closing their envs before they are killed
+        self._dying: dict[_Actor, asyncio.Future[Any]] = {}
 
     @property
     def pids(self) -> list[int]:
@@ -242,7 +244,7 @@ class RayExecutor(WorkerGroupExecutor[_Actor]):
 
     async def _build(self, w: _Actor) -> tuple[dict[int, EnvSpec], list[list[int]]]:
         try:
-            tag, value = await self._future(w.handle.build.remote(w.env_indices[0]))
+            tag, value = await self._future(w.handle.build.remote(w.env_indices[0], self.close_timeout))
         except self._ray.exceptions.RayError as exc:
             raise self._startup_crash(w, exc) from None
         if tag == "failed":
@@ -370,7 +372,27 @@ class RayExecutor(WorkerGroupExecutor[_Actor]):
         return worker.describe(why)
 
     def _stop(self, worker: _Actor, why: str) -> None:
-        self._lost(worker, why)
+        """Give up on ``worker`` now (its commands in flight are a crash), but let it close its
+        envs first: its ``close`` cancels the commands under way and closes every env; the
+        actor is killed when that returns, or after ``close_timeout`` (a plain env stuck in a
+        step holds the actor's loop: its env cannot close)."""
+        if not worker.alive or worker.handle is None or self._closing:
+            self._lost(worker, why)
+            return
+        worker.alive = False
+        self._crash_in_flight(worker, why)
+        loop = self._loop
+        assert loop is not None
+        closing = self._future(worker.handle.close.remote())
+        timer = loop.call_later(self.close_timeout, self._kill, worker)
+
+        def closed(_: asyncio.Future[Any]) -> None:
+            timer.cancel()
+            self._kill(worker)
+            self._dying.pop(worker, None)
+
+        closing.add_done_callback(closed)
+        self._dying[worker] = closing
 
     def _kill(self, w: _Actor) -> None:
         if w.handle is not None:
@@ -383,9 +405,10 @@ class RayExecutor(WorkerGroupExecutor[_Actor]):
         self._closing = True
         try:
             alive = [w for w in self._workers if w.alive and w.handle is not None]
-            if alive:
+            dying = list(self._dying.values())  # given up on before, closing their envs
+            if alive or dying:
                 closing = [self._future(w.handle.close.remote()) for w in alive]
-                await asyncio.wait(closing, timeout=self.close_timeout)
+                await asyncio.wait(closing + dying, timeout=self.close_timeout)
                 for w in alive:
                     self._kill(w)
                 ends = [w.ended for w in alive if w.ended is not None and not w.ended.done()]
@@ -414,10 +437,13 @@ class RayExecutor(WorkerGroupExecutor[_Actor]):
         self._leave()
 
     def _kill_actors(self) -> None:
+        dying, self._dying = list(self._dying), {}
         if not sys.is_finalizing() and self._ray.is_initialized():
             for w in self._workers:
                 if w.alive:
                     self._kill(w)
+            for w in dying:
+                self._kill(w)
         for w in self._workers:
             w.alive = False
 

@@ -100,6 +100,8 @@ class EnvHost:
         self._recipe: tuple[Any, Any, Any] | None = None
         self._unpickled: RemoteError | None = None
         self._first_env = -1
+        self._running: set[asyncio.Task[Any]] = set()  # the execute calls under way
+        self._close_timeout: float | None = None
         try:
             # unpickling imports what the factories need (torch, a simulator): done here,
             # while Ray starts the actor, so that building envs is all startup_timeout bounds
@@ -124,10 +126,11 @@ class EnvHost:
         """Never returns: the driver learns of this actor's death when this call fails."""
         await asyncio.Event().wait()
 
-    async def build(self, first_env: int) -> tuple[str, Any]:
+    async def build(self, first_env: int, close_timeout: float | None = None) -> tuple[str, Any]:
         """Build the envs: ``("built", pickled ({env: spec}, [[envs of each buffer group]]))`` or
-        ``("failed", EnvError)``."""
+        ``("failed", EnvError)``. ``close_timeout`` bounds each async env's close."""
         self._first_env = first_env
+        self._close_timeout = close_timeout
         if self._recipe is None:
             assert self._unpickled is not None
             error = self._unpickled
@@ -145,6 +148,7 @@ class EnvHost:
             runner = await asyncio.get_running_loop().run_in_executor(None, build)
         except EnvError as err:
             return "failed", err
+        runner.close_timeout = close_timeout
         envs = runner.env_indices
         self._buffers = buffers = Buffers.allocate([runner.specs[i] for i in envs])
         runner.attach({i: buffers.rows(k) for k, i in enumerate(envs)})
@@ -167,7 +171,13 @@ class EnvHost:
                 target = buffers.groups[group].action
                 for key, values in leaves.items():
                     target[key][rows[group]] = values
-        completions = await self._run(runner, command)
+        task = asyncio.current_task()
+        assert task is not None  # Ray runs each call of an async actor in a task
+        self._running.add(task)
+        try:
+            completions = await self._run(runner, command)
+        finally:
+            self._running.discard(task)
         parts = PARTS.get(command.kind, ())
         written: list[tuple[int, dict[str, dict[Key, np.ndarray]]]] = []
         if parts:
@@ -206,8 +216,15 @@ class EnvHost:
         return answers(command, results)
 
     async def close(self) -> None:
-        """Close every env (the driver kills the actor afterwards)."""
+        """Close every env (the driver kills the actor afterwards): the commands under way are
+        cancelled first (an async env's step gets the cancellation; a plain env's step on a
+        thread runs on), within ``close_timeout``, then each env's close runs once."""
         runner, self._runner = self._runner, None
+        running = [task for task in self._running if not task.done()]
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=self._close_timeout)
         if runner is not None:
             await runner.aclose()
         if self._threads is not None:

@@ -154,6 +154,7 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
             except BaseException as exc:
                 _resolve_threadsafe(loop, ready, exc)
                 return
+            runner.close_timeout = self.close_timeout
             _resolve_threadsafe(loop, ready, runner)
             in_flight = worker.in_flight
             while (command := worker.inbox.get()) is not None:
@@ -169,6 +170,7 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
                         in_flight.pop(c.env_index, None)
                     self._push_threadsafe(done)
         finally:
+            # also when the pool gave up on this thread: its env closes once its stuck step returns
             if runner is not None:
                 runner.close()
             _resolve_threadsafe(loop, exited, None)

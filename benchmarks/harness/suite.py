@@ -132,6 +132,22 @@ SUITE: tuple[Benchmark, ...] = (
         timeout=300,
     ),
     Benchmark(
+        "agents",
+        "LLM-agent envs: slow long-tailed text envs, a batched policy server; loop shapes and aenvs.collect",
+        full={"num_envs": (256, 1024, 4096), "seconds": 3.0, "repeats": 2, "warmup": 5.0},
+        quick={"num_envs": (64,), "seconds": 1.0, "repeats": 1, "warmup": 0.5},
+        plots=(
+            Plot(
+                "agents.png",
+                "Slow text envs, a batched policy server",
+                y="share",
+                series="shape",
+                ylabel="share of the bound",
+            ),
+        ),
+        timeout=600,
+    ),
+    Benchmark(
         "remote",
         "Remote: the Ray executor against a one-actor-per-env ray.get loop",
         function="run",

@@ -1,0 +1,101 @@
+"""The pool's calls for loops that drive it themselves: waiting for any result, giving up on
+results, and sending and receiving as columns rather than TensorDicts (:func:`aenvs.collect`
+uses them; so may a hand-written loop over text envs)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aenvs._batching import Batcher
+from aenvs._commands import CommandKind
+from aenvs._pool.parts import PoolParts
+from aenvs._pool.receiving import Receiver
+from aenvs._pool.sending import EnvIndex, Sender
+
+__all__ = ["LoopCalls"]
+
+Columns = dict[tuple[str, ...], Any]
+"""Entries by key (a tuple of names): per entry a numpy array, a tensor or a list of values,
+one row per env."""
+
+
+class LoopCalls:
+    """Mixed into :class:`~aenvs.AsyncEnvPool`: calls for loops that drive the pool."""
+
+    _parts: PoolParts
+    _sender: Sender
+    _receiver: Receiver
+
+    def _ready_to_send(self) -> Batcher:  # AsyncEnvPool's
+        raise NotImplementedError
+
+    def abandon(self, env_index: EnvIndex | None = None) -> None:
+        """Give up on the results of the step, reset and step-and-reset commands sent to
+        ``env_index`` (default all envs): results ready now are dropped, those still due are
+        dropped when they arrive, as for an interrupted whole-batch call (see
+        :attr:`~aenvs.AsyncEnvPool.has_abandoned`). A loop that stops sending (a collector stopped early) leaves
+        the pool usable this way.
+
+        Example:
+            >>> import asyncio
+            >>> from aenvs import AsyncEnvPool
+            >>> async def main():
+            ...     async with AsyncEnvPool("CartPole-v1", num_envs=2, executor="inline") as pool:
+            ...         await pool.async_reset_send()
+            ...         pool.abandon()
+            ...         return (await pool.reset()).batch_size  # no reset result left over
+            >>> asyncio.run(main())
+            torch.Size([2])
+        """
+        self._parts.abandon(env_index)
+
+    async def wait_ready(self, timeout: float | None = None) -> None:
+        """Wait until a step, reset or step-and-reset result is ready to receive (at once if
+        one is), without taking it: a loop that receives several kinds waits here, then
+        receives each kind with ``min_get=0``. ``timeout``: TimeoutError after that many seconds.
+        Raises ValueError when no such command is in flight or ready (it would wait forever).
+
+        Example:
+            >>> import asyncio
+            >>> from aenvs import AsyncEnvPool
+            >>> async def main():
+            ...     async with AsyncEnvPool("CartPole-v1", num_envs=2, executor="inline") as pool:
+            ...         await pool.async_reset_send()
+            ...         await pool.wait_ready()
+            ...         return (await pool.async_reset_recv(min_get=0)).batch_size[0] >= 1
+            >>> asyncio.run(main())
+            True
+        """
+        self._ready_to_send()
+        await self._receiver.wait_any(timeout)
+
+    async def async_step_send_columns(self, env_index: Sequence[int], actions: Mapping[Any, Any]) -> None:
+        """:meth:`~aenvs.AsyncEnvPool.async_step_send` with the actions given by key (``"action"`` or a tuple of
+        names) as a tensor or a list of values (text...) with one row per env of
+        ``env_index``: no TensorDict, no object per text action. Checked as
+        :meth:`~aenvs.AsyncEnvPool.async_step_send` checks, naming the env and the key.
+
+        Example:
+            >>> import asyncio, torch
+            >>> from aenvs import AsyncEnvPool
+            >>> async def main():
+            ...     async with AsyncEnvPool("CartPole-v1", num_envs=2, executor="inline") as pool:
+            ...         await pool.reset()
+            ...         await pool.async_step_send_columns([0, 1], {"action": torch.tensor([0, 1])})
+            ...         await pool.wait_ready()
+            ...         columns = await pool.async_step_recv_columns()
+            ...         return columns[("reward",)].shape[1:], columns[("env_index",)].size >= 1
+            >>> asyncio.run(main())
+            ((1,), True)
+        """
+        await self._parts.settle(None, list(env_index), whole=False)
+        self._sender.send_columns(CommandKind.STEP, list(env_index), actions)
+
+    async def async_step_recv_columns(self, max_get: int | None = None) -> Columns:
+        """:meth:`~aenvs.AsyncEnvPool.async_step_recv` of the results ready now (none: an empty ``env_index``), as
+        columns: per leaf of ``"next"`` a numpy array or a list of values (text...),
+        ``("env_index",)`` the envs; no sent entries. For loops that read a few entries a
+        step (see :meth:`~aenvs.AsyncEnvPool.async_step_send_columns`)."""
+        picked = await self._receiver.recv(CommandKind.STEP, 0, max_get, None, None)
+        return self._parts.step_columns(picked, self._ready_to_send())

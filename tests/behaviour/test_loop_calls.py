@@ -1,0 +1,65 @@
+"""The pool's calls for loops that drive it: wait_ready, abandon, and sending and receiving
+as columns, on every executor and loop; bad input refused before dispatch naming env and key."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.behaviour.language_envs import EchoTextEnv
+from tests.conftest import PoolFactory
+
+
+async def test_text_actions_as_columns_come_back_as_columns(make_pool: PoolFactory) -> None:
+    pool = await make_pool([EchoTextEnv] * 3)
+    await pool.reset()
+    await pool.async_step_send_columns([2, 0], {"action": ["go", "quit"]})
+    seen: dict[int, str] = {}
+    while len(seen) < 2:
+        await pool.wait_ready(timeout=30)
+        columns = await pool.async_step_recv_columns()
+        rows = columns[("env_index",)].tolist()
+        for row, i in enumerate(rows):
+            seen[i] = columns[("observation",)][row]
+            assert columns[("reward",)][row, 0] == len(seen[i].split(":")[1])
+            assert bool(columns[("terminated",)][row, 0]) == (i == 0)
+    assert seen == {2: "1:go", 0: "1:quit"}
+    assert (await pool.async_step_recv_columns())[("env_index",)].size == 0  # nothing left: empty
+
+
+async def test_tensor_actions_as_columns(make_pool: PoolFactory) -> None:
+    pool = await make_pool(["CartPole-v1"] * 2)
+    await pool.reset()
+    await pool.async_step_send_columns([0, 1], {("action",): torch.tensor([0, 1])})
+    got: list[int] = []
+    while len(got) < 2:
+        await pool.wait_ready(timeout=30)
+        columns = await pool.async_step_recv_columns(max_get=1)
+        assert columns[("observation",)].shape[1:] == (4,)
+        got += columns[("env_index",)].tolist()
+    assert sorted(got) == [0, 1]
+
+
+async def test_bad_column_actions_are_refused_before_dispatch(make_pool: PoolFactory) -> None:
+    pool = await make_pool([EchoTextEnv] * 2)
+    await pool.reset()
+    with pytest.raises(ValueError, match=r"env 1.*'action'"):
+        await pool.async_step_send_columns([0, 1], {"action": ["go", None]})
+    with pytest.raises(TypeError, match=r"env 0.*'action'"):
+        await pool.async_step_send_columns([0], {"action": [3]})
+    with pytest.raises(ValueError, match="action"):
+        await pool.async_step_send_columns([0, 1], {"other": ["go", "go"]})
+    assert (await pool.step(pool.rand_action())).batch_size == torch.Size([2])  # usable after
+
+
+async def test_abandon_frees_the_envs_for_the_next_whole_batch_call(make_pool: PoolFactory) -> None:
+    pool = await make_pool(["CartPole-v1"] * 3)
+    await pool.reset()
+    await pool.async_step_send_columns([0, 1, 2], {"action": torch.tensor([0, 1, 0])})
+    pool.abandon([0, 2])
+    out = await pool.async_step_recv(env_index=[1])  # env 1's result is still there
+    assert out["env_index"].tolist() == [1]
+    assert pool.has_abandoned or (await pool.reset()).batch_size == torch.Size([3])
+    assert (await pool.reset()).batch_size == torch.Size([3])
+    with pytest.raises(ValueError, match="wait forever"):
+        await pool.wait_ready()
