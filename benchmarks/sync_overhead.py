@@ -13,9 +13,12 @@ For each batched env and each N, in one run:
 
 Compared: ``aenvs.SerialEnv`` (executor "inline") and ``aenvs.ParallelEnv`` (executor
 "process"), ``torchrl.envs.SerialEnv`` / ``ParallelEnv`` of ``GymEnv("CartPole-v1")``,
-``gymnasium.vector.SyncVectorEnv`` / ``AsyncVectorEnv``.
+the drop-in ``aenvs.torchrl.SerialEnv`` / ``ParallelEnv`` (TorchRL's classes on the aenvs
+core: ``from aenvs.torchrl import SerialEnv, ParallelEnv``) of the same ``GymEnv`` members and,
+rows ``[gym]``, of ``gymnasium.make`` members, ``gymnasium.vector.SyncVectorEnv`` /
+``AsyncVectorEnv``.
 Targets: aenvs SerialEnv >= 5x TorchRL SerialEnv and >= 1/3 of SyncVectorEnv; aenvs
-ParallelEnv >= 5x TorchRL ParallelEnv.
+ParallelEnv >= 5x TorchRL ParallelEnv; the drop-in SerialEnv / ParallelEnv >= 5x TorchRL's.
 
 Run:
     python benchmarks/sync_overhead.py --steps 1000 --num-envs 4 8
@@ -88,6 +91,31 @@ def best_cpu_us(steps: int) -> float:
 # -- one runner per library --------------------------------------------------------------------
 
 
+def time_step_loop(env: Any, actions: torch.Tensor, steps: int, repeats: int) -> tuple[float, float, float]:
+    """Seconds of the best ``step_and_maybe_reset`` loop, its CPU us per step, best rollout seconds."""
+
+    def loop() -> float:
+        td = env.reset()
+        for t in range(50):
+            td["action"] = actions[t]
+            _, td = env.step_and_maybe_reset(td)
+        t0 = time.perf_counter()
+        with timed_cpu():
+            for t in range(steps):
+                td["action"] = actions[t]
+                _, td = env.step_and_maybe_reset(td)
+        return time.perf_counter() - t0
+
+    def rollout() -> float:
+        t0 = time.perf_counter()
+        env.rollout(steps, break_when_any_done=False)
+        return time.perf_counter() - t0
+
+    seconds = best_of(repeats, loop)
+    cpu = best_cpu_us(steps)
+    return seconds, cpu, best_of(repeats, rollout)
+
+
 @contextlib.contextmanager
 def aenvs_env(cls: type[BatchedEnv], n: int) -> Iterator[BatchedEnv]:
     env = cls(n, make_gym_env)
@@ -103,27 +131,7 @@ def run_aenvs(cls: type[BatchedEnv], n: int, steps: int, repeats: int) -> Result
         startup = time.perf_counter() - began
         env.set_seed(0)
         actions = torch.randint(0, 2, (steps, n))
-
-        def loop() -> float:
-            td = env.reset()
-            for t in range(50):
-                td["action"] = actions[t]
-                _, td = env.step_and_maybe_reset(td)
-            t0 = time.perf_counter()
-            with timed_cpu():
-                for t in range(steps):
-                    td["action"] = actions[t]
-                    _, td = env.step_and_maybe_reset(td)
-            return time.perf_counter() - t0
-
-        def rollout() -> float:
-            t0 = time.perf_counter()
-            env.rollout(steps, break_when_any_done=False)
-            return time.perf_counter() - t0
-
-        seconds = best_of(repeats, loop)
-        cpu = best_cpu_us(steps)
-        rollout_seconds = best_of(repeats, rollout)
+        seconds, cpu, rollout_seconds = time_step_loop(env, actions, steps, repeats)
     return Result(f"aenvs.{cls.__name__}", n, steps * n / seconds, rollout_seconds, startup, cpu)
 
 
@@ -133,40 +141,40 @@ def run_torchrl(parallel: bool, n: int, steps: int, repeats: int) -> Result | No
     except ImportError:
         return None
     cls = ParallelEnv if parallel else SerialEnv
+    return run_envbase(f"torchrl.{cls.__name__}", cls, make_torchrl_env, n, steps, repeats)
+
+
+def run_dropin(parallel: bool, gym_members: bool, n: int, steps: int, repeats: int) -> Result | None:
+    """The drop-in (``from aenvs.torchrl import SerialEnv, ParallelEnv``), TorchRL's loop and work:
+    members ``GymEnv("CartPole-v1")`` as TorchRL's rows, or ``gymnasium.make`` (rows ``[gym]``)."""
+    try:
+        from aenvs.torchrl import ParallelEnv, SerialEnv
+    except ImportError:
+        return None
+    cls = ParallelEnv if parallel else SerialEnv
+    name = f"aenvs.torchrl.{cls.__name__}" + ("[gym]" if gym_members else "")
+    try:
+        return run_envbase(name, cls, make_gym_env if gym_members else make_torchrl_env, n, steps, repeats)
+    except Exception as error:  # a drop-in that cannot run this case: say so, keep the other rows
+        print(f"  {name:34s} N={n:<3d} could not run: {type(error).__name__}: {error}", flush=True)
+        return None
+
+
+def run_envbase(name: str, cls: Any, make_env: Callable[[], Any], n: int, steps: int, repeats: int) -> Result:
+    """A TorchRL batched env class (TorchRL's or the drop-in) of ``n`` members ``make_env()``."""
     began = time.perf_counter()
-    env = cls(n, make_torchrl_env)
+    env = cls(n, make_env)
     try:
         env.set_seed(0)
-        td = env.reset()
+        env.reset()
         startup = time.perf_counter() - began
-        actions = torch.nn.functional.one_hot(
-            torch.randint(0, 2, (steps, n)), 2
-        )  # TorchRL's CartPole: one-hot
-
-        def loop() -> float:
-            td = env.reset()
-            for t in range(50):
-                td["action"] = actions[t]
-                _, td = env.step_and_maybe_reset(td)
-            t0 = time.perf_counter()
-            with timed_cpu():
-                for t in range(steps):
-                    td["action"] = actions[t]
-                    _, td = env.step_and_maybe_reset(td)
-            return time.perf_counter() - t0
-
-        def rollout() -> float:
-            t0 = time.perf_counter()
-            env.rollout(steps, break_when_any_done=False)
-            return time.perf_counter() - t0
-
-        seconds = best_of(repeats, loop)
-        cpu = best_cpu_us(steps)
-        rollout_seconds = best_of(repeats, rollout)
-        del td
+        actions = torch.randint(0, 2, (steps, n))
+        if env.full_action_spec["action"].shape[-1:] == (2,):  # TorchRL's CartPole: one-hot
+            actions = torch.nn.functional.one_hot(actions, 2)
+        seconds, cpu, rollout_seconds = time_step_loop(env, actions, steps, repeats)
     finally:
         env.close()
-    return Result(f"torchrl.{cls.__name__}", n, steps * n / seconds, rollout_seconds, startup, cpu)
+    return Result(name, n, steps * n / seconds, rollout_seconds, startup, cpu)
 
 
 def run_gymnasium(asynchronous: bool, n: int, steps: int, repeats: int) -> Result:
@@ -224,6 +232,10 @@ def measure(
             runs += [
                 functools.partial(run_torchrl, False, n, steps, repeats),
                 functools.partial(run_torchrl, True, n, steps, repeats),
+                functools.partial(run_dropin, False, False, n, steps, repeats),
+                functools.partial(run_dropin, True, False, n, steps, repeats),
+                functools.partial(run_dropin, False, True, n, steps, repeats),
+                functools.partial(run_dropin, True, True, n, steps, repeats),
             ]
         for run in runs:
             result = run()
@@ -287,6 +299,27 @@ def main(argv: list[str] | None = None) -> None:
             "aenvs.ParallelEnv",
             "gymnasium.AsyncVectorEnv",
             None,
+        ),
+        ("drop-in SerialEnv / torchrl.SerialEnv", "aenvs.torchrl.SerialEnv", "torchrl.SerialEnv", 5.0),
+        (
+            "drop-in ParallelEnv / torchrl.ParallelEnv",
+            "aenvs.torchrl.ParallelEnv",
+            "torchrl.ParallelEnv",
+            5.0,
+        ),
+        ("drop-in SerialEnv / aenvs.SerialEnv", "aenvs.torchrl.SerialEnv", "aenvs.SerialEnv", None),
+        ("drop-in ParallelEnv / aenvs.ParallelEnv", "aenvs.torchrl.ParallelEnv", "aenvs.ParallelEnv", None),
+        (
+            "drop-in[gym] SerialEnv / torchrl.SerialEnv",
+            "aenvs.torchrl.SerialEnv[gym]",
+            "torchrl.SerialEnv",
+            5.0,
+        ),
+        (
+            "drop-in[gym] ParallelEnv / torchrl.ParallelEnv",
+            "aenvs.torchrl.ParallelEnv[gym]",
+            "torchrl.ParallelEnv",
+            5.0,
         ),
     ]
     serial, sync = "aenvs.SerialEnv", "gymnasium.SyncVectorEnv"

@@ -197,6 +197,11 @@ def make_adapter(env: Any) -> Any:
         return GymAdapter(cast("gym.Env[Any, Any]", env))
     if hasattr(env, "full_observation_spec") and hasattr(env, "full_action_spec"):  # a TorchRL env
         from aenvs._adapters.torchrl import TorchRLAdapter
+        from aenvs._adapters.torchrl_gym import GymEnvAdapter, plain_gym_env
+
+        inner = plain_gym_env(env)
+        if inner is not None:  # a GymEnv that adds nothing: stepped through its gymnasium env
+            return GymEnvAdapter(env, inner)
 
         return TorchRLAdapter(env)
     raise TypeError(

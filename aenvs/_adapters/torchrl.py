@@ -14,7 +14,7 @@ from tensordict import NonTensorData, NonTensorStack, TensorDictBase
 
 from aenvs._adapters.outcome import Outcome
 from aenvs._specs import EnvSpec, Key, Space
-from aenvs._tensors import from_numpy, td_get
+from aenvs._tensors import from_numpy, td_get, td_keys
 
 __all__ = [
     "Categorical",
@@ -38,12 +38,13 @@ NonTensor: Any = _data.NonTensor
 OneHot: Any = _data.OneHot
 Unbounded: Any = _data.Unbounded
 EnvBase: Any = _envs.EnvBase
-step_mdp: Callable[..., TensorDictBase] = importlib.import_module("torchrl.envs.utils").step_mdp
+_StepMDP: Any = importlib.import_module("torchrl.envs.utils")._StepMDP  # TorchRL's, per env
 # TorchRL's own gymnasium <-> TorchRL spec conversions (what its GymWrapper uses): private names
 _gym: Any = importlib.import_module("torchrl.envs.libs.gym")
 _space_to_spec: Callable[..., Any] = _gym._gym_to_torchrl_spec_transform
 _spec_to_space: Callable[..., Space] = _gym._torchrl_to_gym_spec_transform
 _FLAGS: tuple[Key, ...] = (("done",), ("terminated",), ("truncated",))
+_ROOT: tuple[Key, ...] = (("reward",), *_FLAGS)
 
 
 class NonTensorSpace(spaces.Space[Any]):
@@ -101,7 +102,40 @@ def _space(spec: Any) -> Space:
         return NonTensorSpace(spec.example_data)
     if isinstance(spec, OneHot | MultiOneHot):
         spec = spec.to_categorical_spec()
-    return _spec_to_space(spec, categorical_action_encoding=True)
+    space = _spec_to_space(spec, categorical_action_encoding=True)
+    shape = tuple(spec.shape)
+    if space.shape is None or tuple(space.shape) == shape:
+        return space
+    # a leaf of a Composite with a shape of its own ([nested_dim]): TorchRL's conversion
+    # keeps only its last dims (Binary(n), Categorical(n)); the space of the whole leaf
+    if isinstance(space, spaces.MultiBinary):
+        return spaces.MultiBinary(list(shape))
+    if isinstance(space, spaces.Discrete | spaces.MultiDiscrete):
+        return spaces.MultiDiscrete(np.full(shape, spec.space.n))
+    return space
+
+
+def _with_leaves(space: Space, leaves: Mapping[Key, Space]) -> Space:
+    """``space`` (a ``Dict``) with ``leaves`` added at their nested keys."""
+    assert isinstance(space, spaces.Dict)
+    entries: dict[str, Any] = {str(name): sub for name, sub in space.items()}  # pyright: ignore[reportUnknownVariableType]
+    groups: dict[str, dict[Key, Space]] = {}
+    for key, leaf in leaves.items():
+        if len(key) == 1:
+            entries[key[0]] = leaf
+        else:
+            groups.setdefault(key[0], {})[key[1:]] = leaf
+    for name, sub in groups.items():
+        entries[name] = _with_leaves(entries.get(name, spaces.Dict()), sub)
+    return spaces.Dict(entries)
+
+
+def _leaf_space(spec: Any) -> Space:
+    """A reward or done leaf (of any shape) as a ``Box`` of its shape and dtype."""
+    shape, dtype = tuple(spec.shape), spec.dtype
+    if dtype == torch.bool:
+        return spaces.Box(0, 1, shape, np.bool_)  # pyright: ignore[reportArgumentType, reportCallIssue]
+    return spaces.Box(-np.inf, np.inf, shape, np.dtype(str(dtype).removeprefix("torch.")).type)
 
 
 def _tensorclasses(spec: Any, path: Key = ()) -> list[tuple[Key, Any]]:
@@ -168,9 +202,18 @@ class TorchRLAdapter:
         else:  # several action entries: nested under "action" in the pool, where they are in the env
             action_space = _space(_sub_env(action_spec, dims))
             env_keys = {("action", *key): key for key in action_specs}
-        self.spec = EnvSpec.from_spaces(
-            _space(_sub_env(observation_spec, dims)), action_space, batch_shape=self.batch_shape
-        )
+        # reward and done entries other than the root "reward" / flags (nested ones: ("data",
+        # "reward")) travel as observation leaves, so each keeps its key and shape
+        self._extras: dict[Key, Any] = {}
+        for spec in (env.full_reward_spec, env.full_done_spec):
+            for key, leaf in spec.items(include_nested=True, leaves_only=True):
+                if _as_key(key) not in _ROOT:
+                    self._extras[_as_key(key)] = leaf
+        observation_space = _space(_sub_env(observation_spec, dims))
+        if self._extras:  # a batched env's leaves as one sub-env's, as its other spaces
+            leaves = {key: _leaf_space(_sub_env(leaf, dims)) for key, leaf in self._extras.items()}
+            observation_space = _with_leaves(observation_space, leaves)
+        self.spec = EnvSpec.from_spaces(observation_space, action_space, batch_shape=self.batch_shape)
         self._observation_keys = list(self.spec.observation_keys)
         self._object_observations = [k for k, s in observation_specs.items() if isinstance(s, NonTensor)]
         # per action leaf of the pool: the env's key, the one-hot spec that encodes it if any,
@@ -186,6 +229,9 @@ class TorchRLAdapter:
                 f"({', '.join(map(_name, self._object_observations + [k for k, *_, o in self._actions if o]))}) "
                 "cannot be a pool member: give the pool one factory per sub-env instead"
             )
+        # TorchRL's own step_mdp for this env (what its rollouts use): step_mdp() would turn
+        # the non-tensor stacks of tensorclass entries into lists the env cannot unbind
+        self._step_mdp: Callable[[TensorDictBase], TensorDictBase] = _StepMDP(env, keep_other=True)
         self._td: TensorDictBase | None = None
         self._ended: torch.Tensor | None = None  # a batched env's sub-envs done at its last step
         if dims:  # per sub-env flags: written through the step's items, not Outcome's scalars
@@ -196,7 +242,13 @@ class TorchRLAdapter:
         raise TypeError("TorchRL envs return their results directly")
 
     def _items(self, td: TensorDictBase) -> list[tuple[Key, Any]]:
-        items: list[tuple[Key, Any]] = [(key, td[key].numpy()) for key in self._observation_keys]
+        items: list[tuple[Key, Any]] = []
+        for key in self._observation_keys:
+            leaf = td_get(td, key)
+            if leaf is None:  # a nested reward at a reset: zeros
+                leaf = self._extras[key].zero() if key in self._extras else td[key]
+            # detached: a pool's batch carries values, not the graph that made them
+            items.append((key, leaf.detach().numpy(force=True)))
         for key in self._object_observations:
             value = td_get(td, key)
             if isinstance(value, NonTensorStack):
@@ -269,17 +321,27 @@ class TorchRLAdapter:
                 td.set(key, cls.from_tensordict(value))
         out: TensorDictBase = self.env.step(td)
         nxt: TensorDictBase = out["next"]
-        self._td = step_mdp(out, keep_other=True)
+        self._td = self._step_mdp(out)
         if self.batch_shape:
             flags = _flags(nxt)
             done = flags[0][1]
             self._ended = from_numpy(done) if done.any() else None
             items = self._items(nxt)
-            items.append((("reward",), nxt["reward"].reshape(*self.batch_shape, 1).numpy()))
+            reward = td_get(nxt, "reward")  # none when the rewards are nested only: zeros
+            shape = (*self.batch_shape, 1)
+            items.append(
+                (
+                    ("reward",),
+                    np.zeros(shape, np.float32)
+                    if reward is None
+                    else reward.reshape(shape).numpy(force=True),
+                )
+            )
             items.extend(flags)
             return Outcome(items, 0.0, bool(flags[1][1].any()), bool(flags[2][1].any()))
         terminated, truncated = _episode_end(nxt)
-        return Outcome(self._items(nxt), float(nxt["reward"]), terminated, truncated)
+        reward = td_get(nxt, "reward")  # none in an env without one, or whose rewards are nested
+        return Outcome(self._items(nxt), 0.0 if reward is None else float(reward), terminated, truncated)
 
     def seed(self, seed: int | None) -> None:
         """Seed the env (``env.set_seed``) without resetting it."""
@@ -307,17 +369,33 @@ def _episode_end(nxt: TensorDictBase) -> tuple[bool, bool]:
     ``"terminated"`` from ``"done"`` (``EnvBase._complete_done``).
     """
     flags: list[torch.Tensor | None] = [td_get(nxt, key) for key in ("done", "terminated", "truncated")]
+    if all(flag is None for flag in flags):  # nested flags only (("data", "done")): any of them
+        flags = [_any_flag(nxt, name) for name in ("done", "terminated", "truncated")]
     done, terminated, truncated = (bool(flag.any()) if flag is not None else False for flag in flags)
     return terminated or (done and not truncated), truncated
+
+
+def _any_flag(td: TensorDictBase, name: str, shape: tuple[int, ...] = ()) -> torch.Tensor | None:
+    """Whether any of ``td``'s nested flags called ``name`` is set (None if it has none), per
+    sub-env of a batched env: ``shape`` is ``[*batch, 1]`` then (``()`` for one env)."""
+    found: list[torch.Tensor] = []
+    batch = shape[:-1]
+    for key in td_keys(td, nested=True, leaves=True):
+        flag = td_get(td, key) if isinstance(key, tuple) and key[-1] == name else None
+        if flag is not None:
+            found.append(flag.reshape(*batch, -1).any(-1, keepdim=True) if batch else flag.any())
+    return torch.stack(found).any(0) if found else None
 
 
 def _flags(td: TensorDictBase) -> list[tuple[Key, npt.NDArray[np.bool_]]]:
     """A batched env's done / terminated / truncated per sub-env (``[*batch, 1]``), by the rule
     of :func:`_episode_end` applied to each."""
     shape = (*td.batch_size, 1)
+    found: list[torch.Tensor | None] = [td_get(td, key) for key in _FLAGS]
+    if all(flag is None for flag in found):  # nested flags only: any of a sub-env's
+        found = [_any_flag(td, name, shape) for (name,) in _FLAGS]
     done, terminated, truncated = (
-        np.zeros(shape, bool) if flag is None else flag.reshape(shape).numpy(force=True)
-        for flag in (td_get(td, key) for key in _FLAGS)
+        np.zeros(shape, bool) if flag is None else flag.reshape(shape).numpy(force=True) for flag in found
     )
     terminated = terminated | (done & ~truncated)
     return list(zip(_FLAGS, (terminated | truncated, terminated, truncated), strict=True))

@@ -1,0 +1,519 @@
+"""``SerialEnv`` / ``ParallelEnv``: TorchRL ``EnvBase`` subclasses with TorchRL's constructor,
+run by an aenvs pool (any executor: ``executor=``).
+
+Example:
+    >>> from torchrl.envs import GymEnv
+    >>> from aenvs.torchrl import SerialEnv
+    >>> env = SerialEnv(2, lambda: GymEnv("CartPole-v1"))  # as torchrl.envs.SerialEnv
+    >>> env.rollout(5, break_when_any_done=False).batch_size
+    torch.Size([2, 5])
+    >>> env.close()
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, cast
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
+
+import aenvs._sync as _sync
+from aenvs._adapters.torchrl import Composite, EnvBase, MultiOneHot, NonTensor, OneHot
+from aenvs._tensors import flat_entries, td_get, td_keys, td_unchecked
+from aenvs._torchrl_batched.options import IGNORED, check_torchrl_options, factories
+from aenvs._torchrl_batched.specs import SPEC_NAMES, MemberSpecs, member_specs
+from aenvs._torchrl_batched.views import BatchedViews
+from aenvs._torchrl_batched.wrapper import AenvsWrapper
+
+__all__ = ["ParallelEnv", "SerialEnv"]
+
+_FLAGS = ("done", "terminated", "truncated")
+_OUTPUTS = ("full_observation_spec", "full_reward_spec", "full_done_spec")
+_RESET_OUTPUTS = ("full_observation_spec", "full_done_spec")
+
+
+def _key(key: NestedKey) -> tuple[str, ...]:
+    return (key,) if isinstance(key, str) else tuple(str(k) for k in key)
+
+
+class _BatchedEnv(BatchedViews, EnvBase):
+    """TorchRL's batched env on an aenvs pool: see :class:`SerialEnv`."""
+
+    _shim_class: ClassVar[type[_sync.BatchedEnv]]
+    _parallel: ClassVar[bool]
+
+    def __init__(
+        self,
+        num_workers: int,
+        create_env_fn: Any,
+        *,
+        create_env_kwargs: Any = None,
+        device: Any = None,
+        executor: Any = None,
+        **options: Any,
+    ) -> None:
+        torchrl_options = {key: options.pop(key) for key in list(options) if key in IGNORED}
+        check_torchrl_options(type(self).__name__, torchrl_options, self._parallel)
+        fns, kwargs = factories(num_workers, create_env_fn, create_env_kwargs)
+        single = callable(create_env_fn) or isinstance(create_env_fn, str) or len(set(map(id, fns))) == 1
+        if single and create_env_kwargs is not None and not isinstance(create_env_kwargs, dict):
+            single = all(k == kwargs[0] for k in kwargs)
+        meta = member_specs(fns, kwargs, single)
+        self._fns, self._kwargs, self._executor, self._pool_options = fns, kwargs, executor, options
+        self._shim: _sync.BatchedEnv | None = None
+        self._wrapper: Any = None
+        self._meta: MemberSpecs | None = meta
+        if meta is None:  # gymnasium members: the specs of their spaces (AenvsWrapper's)
+            self._start()
+            batch = self._wrapper.batch_size
+        else:
+            batch = meta.batch_size
+            device = meta.device if device is None else device  # TorchRL takes the members' device
+        EnvBase.__init__(self, device=device, batch_size=batch)
+        self.num_workers = num_workers
+        self.create_env_fn, self.create_env_kwargs = fns, kwargs
+        specs = (
+            meta.specs
+            if meta is not None
+            else {name: getattr(self._wrapper, name).clone() for name in SPEC_NAMES}
+        )
+        for name in SPEC_NAMES:
+            setattr(self, name, specs[name].to(self.device) if self.device is not None else specs[name])
+        self._action_keys = [_key(k) for k in self.full_action_spec.keys(True, True)]
+        self._dispatch = True
+
+    def __getattr__(self, attr: str) -> Any:
+        try:
+            return EnvBase.__getattr__(self, attr)
+        except AttributeError:
+            if attr.startswith("_") or not self.__dict__.get("_dispatch"):
+                raise
+        return self.forward_attr(attr)  # the members' attribute, as TorchRL forwards it
+
+    # -- the pool ---------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        fns = [fn if not kw else _bind(fn, kw) for fn, kw in zip(self._fns, self._kwargs, strict=True)]
+        if any(isinstance(fn, str) for fn in fns):
+            self._shim = self._shim_class(
+                len(fns), self._fns, self._kwargs, executor=self._executor, **self._pool_options
+            )
+        else:
+            self._shim = self._shim_class(len(fns), fns, executor=self._executor, **self._pool_options)
+        self._was_reset = False
+        if self._meta is None:
+            # through __dict__: an nn.Module cannot be assigned before Module.__init__, which
+            # needs the batch size this wrapper gives
+            self.__dict__["_wrapper"] = AenvsWrapper(self._shim)
+
+    @property
+    def is_closed(self) -> bool:  # pyright: ignore[reportIncompatibleVariableOverride]
+        # the pool decides (TorchRL's EnvBase sets it); a view has its own flag
+        return self.__dict__.get("_shim") is None or self.__dict__.get("_view_closed", False)
+
+    @is_closed.setter
+    def is_closed(self, value: bool) -> None:  # pyright: ignore[reportIncompatibleVariableOverride]
+        if self.is_view:
+            self.__dict__["_view_closed"] = value
+
+    def _run(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        """Run a pool coroutine function to its end (on the sync shim's loop)."""
+        return self._running().loop_driver.run(fn, *args, **kwargs)
+
+    def _running(self) -> _sync.BatchedEnv:
+        if self._shim is None:  # first call, or after close(): (re)start, as TorchRL does
+            self._start()
+        assert self._shim is not None
+        return self._shim
+
+    # -- EnvBase ----------------------------------------------------------------------------
+
+    def _step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        # TorchRL's own, with one pool call for both halves: the step resets the envs whose
+        # episode ended (the pool's step_and_maybe_reset) and the reset that TorchRL's
+        # maybe_reset asks for next is answered from those rows
+        keys = list(td_keys(tensordict))
+        fuse = self._fusable and "_step" not in keys
+        self.__dict__["_fuse_reset"] = fuse
+        try:
+            if fuse and self._lean(tensordict, keys):
+                return self._lean_step_and_maybe_reset(tensordict)
+            step_and_maybe_reset = cast(Any, super()._step_and_maybe_reset)  # pyright: ignore[reportUnknownMemberType]
+            return step_and_maybe_reset(tensordict)
+        finally:
+            self.__dict__["_fuse_reset"] = False
+            self.__dict__["_reset_rows"] = None
+
+    def _lean(self, tensordict: TensorDictBase, keys: list[Any]) -> bool:
+        """Whether TorchRL's step machinery would add nothing to :meth:`_step`'s result here:
+        this class's own step and reset, no hooks or checks, no preset ``"next"``, specs of
+        root tensors that the step fills as they are."""
+        cls = type(self)
+        return (
+            cls._step is _BatchedEnv._step
+            and cls._reset is _BatchedEnv._reset
+            and cls._step_proc_data is EnvBase._step_proc_data
+            and self._post_step_mdp_hooks is None
+            and not self.run_type_checks
+            and not self.__dict__.get("_torchrl_native_autoreset", False)
+            and self.__dict__.get("_compiled_step_and_maybe_reset") is None
+            and "next" not in keys
+            and tensordict.batch_size == self.batch_size
+            and tensordict.device == self.device
+            and all(self._plan(name).flat is not None for name in _OUTPUTS)
+        )
+
+    def _lean_step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """TorchRL's ``step_and_maybe_reset`` for :meth:`_lean` cases: the step's entries set
+        under ``"next"``, TorchRL's ``step_mdp``, then the reset rows of the envs whose
+        episode ended written over the next input."""
+        nxt = self._step(tensordict)
+        kept: tuple[torch.Tensor, TensorDictBase] | None = self.__dict__.get("_reset_rows")
+        tensordict.set("next", nxt)
+        following = self._step_mdp(tensordict)
+        if kept is not None and bool(kept[0].any()):
+            ended, reset = kept
+            # as TorchRL's maybe_reset: the reset rows over the others; unless every env was
+            # reset, entries the reset does not give (the action...) are zeros in those rows
+            if bool(ended.all()):
+                following.update(reset)  # pyright: ignore[reportUnknownMemberType]
+            else:
+                where: Any = following.where  # pyright: ignore[reportUnknownMemberType]
+                where(~ended, other=reset, out=following, pad=0, update_batch_size=True)
+        return tensordict, following
+
+    @property
+    def _fusable(self) -> bool:
+        """Whether a step can reset its ended episodes itself: plain flags, one batch dim."""
+        return self.batch_dims == 1 and set(self.done_keys) <= set(_FLAGS) and self.worker_indices is None
+
+    def _reset_from_step(
+        self, tensordict: TensorDictBase | None, kwargs: dict[str, Any]
+    ) -> TensorDictBase | None:
+        """The reset rows the fused step kept, if this reset asks for exactly those envs."""
+        kept: tuple[torch.Tensor, TensorDictBase] | None = self.__dict__.get("_reset_rows")
+        self.__dict__["_reset_rows"] = None
+        if kept is None or kwargs or tensordict is None:
+            return None
+        ended, rows = kept
+        mask = _reset_mask(tensordict, self.batch_size[:1])
+        return rows if mask is not None and torch.equal(mask, ended) else None
+
+    def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
+        self.check_view()
+        reused = self._reset_from_step(tensordict, kwargs)
+        if reused is not None:
+            return reused
+        shim = self._running()
+        self._was_reset = True
+        if self._wrapper is not None:
+            return self._on_device(self._wrapper._reset(tensordict, **kwargs))  # pyright: ignore[reportPrivateUsage]
+        inputs = None
+        if tensordict is not None:
+            mask = _reset_mask(tensordict, self.batch_size[:1])
+            if mask is not None:
+                inputs = tensordict.select(*self._kept_keys(), strict=False)
+                inputs = _flat(inputs, self.batch_size[:1]).set("_reset", mask.reshape(-1, 1))
+        out = shim.reset(inputs, env_index=self.worker_indices, **kwargs)
+        self._was_reset = True
+        return self._on_device(self._fill(out, ("full_observation_spec", "full_done_spec")))
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        self.check_view()
+        shim = self._running()
+        if not self._was_reset:  # TorchRL's members step without a reset; a pool resets first
+            shim.reset()
+            self._was_reset = True
+        fuse = self.__dict__.get("_fuse_reset", False)
+        if self._wrapper is not None:
+            if fuse:
+                nxt, reset = self._wrapper.step_and_reset_rows(tensordict)
+                self._keep_reset_rows(nxt, self._on_device(reset))
+                return self._on_device(nxt)
+            return self._on_device(self._wrapper._step(tensordict))  # pyright: ignore[reportPrivateUsage]
+        n = self.batch_size[:1]
+        actions = self._actions(tensordict)
+        if "_step" in td_keys(tensordict):
+            kept = _flat(tensordict.select(*self._kept_keys(), strict=False), n)
+            step: torch.Tensor = td_get(tensordict, "_step")
+            for key in td_keys(kept, nested=True, leaves=True):
+                actions.set(key, td_get(kept, key))
+            actions.set("_step", step.reshape(-1))
+        if fuse:
+            out, reset = self._run(self.pool.step_and_maybe_reset, actions)
+            nxt = self._on_device(self._fill(out["next"], _OUTPUTS))
+            self._keep_reset_rows(nxt, self._on_device(self._fill(reset, _RESET_OUTPUTS)))
+            return nxt
+        out = self._run(self.pool.step, actions, self.worker_indices)
+        return self._on_device(self._fill(out["next"], _OUTPUTS))
+
+    def _actions(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The actions of ``tensordict`` as the pool takes them: cast to their spec's dtype
+        (as TorchRL does), one-hot ones as indices, several under ``"action"``."""
+        plan = self._action_plan()
+        values: dict[str, Any] = {}
+        nested: list[tuple[tuple[str, ...], torch.Tensor]] = []
+        for key, pool_key, spec in plan:
+            value: torch.Tensor = td_get(tensordict, key)
+            if isinstance(spec, OneHot):  # the adapter takes indices, as gymnasium envs
+                value = (value.to(torch.uint8) if value.dtype is torch.bool else value).argmax(-1)
+            elif isinstance(spec, MultiOneHot):
+                value = spec.to_categorical(value.to(spec.dtype))
+            elif value.dtype != spec.dtype:
+                value = value.to(spec.dtype)  # TorchRL casts actions to their spec's dtype
+            if len(pool_key) == 1:
+                values[pool_key[0]] = value
+            else:
+                nested.append((pool_key, value))
+        if not nested and all(v.shape[:1] == self.batch_size[:1] for v in values.values()):
+            return td_unchecked(values, self.batch_size[:1])
+        actions = TensorDict({}, batch_size=self.batch_size[:1])
+        for key, value in [*(((k,), v) for k, v in values.items()), *nested]:
+            actions.set(key, value)
+        return actions
+
+    def _action_plan(self) -> list[tuple[tuple[str, ...], tuple[str, ...], Any]]:
+        """Per action leaf: its key, the pool's key for it, its spec; read once per spec."""
+        spec = self.full_action_spec
+        cached = self.__dict__.get("_action_plan_cache")
+        if cached is not None and cached[0] is spec:
+            return cached[1]
+        nested = self._action_keys != [("action",)]
+        plan = [(key, ("action", *key) if nested else key, spec[key]) for key in self._action_keys]
+        self.__dict__["_action_plan_cache"] = (spec, plan)
+        return plan
+
+    def _on_device(self, td: TensorDictBase) -> TensorDictBase:
+        return td_to(td, self.device) if self.device is not None and td.device != self.device else td
+
+    def _keep_reset_rows(self, nxt: TensorDictBase, reset: TensorDictBase) -> None:
+        """Keep the rows a fused step reset, for the reset TorchRL's ``maybe_reset`` asks next."""
+        done: torch.Tensor | None = td_get(nxt, "done")
+        if done is None:  # members without a "done" flag: the others say it
+            done = torch.zeros(self.batch_size[:1], dtype=torch.bool)
+            for flag in ("terminated", "truncated"):
+                value: torch.Tensor | None = td_get(nxt, flag)
+                if value is not None:
+                    done = done | value.reshape(-1).bool()
+        self.__dict__["_reset_rows"] = (done.reshape(-1).bool(), reset)
+
+    def _kept_keys(self) -> list[tuple[str, ...]]:
+        keys = [_key(k) for k in self.full_observation_spec.keys(True, True)]
+        return [*keys, *((flag,) for flag in _FLAGS if (flag,) in self.full_done_spec.keys(True, True))]
+
+    def _fill(self, out: TensorDictBase, names: tuple[str, ...]) -> TensorDictBase:
+        """The pool's output laid out as the members' specs: their keys, shapes and dtypes."""
+        entries = flat_entries(out)
+        if entries is not None:
+            flat = self._fill_flat(entries, names)
+            if flat is not None:
+                return flat
+        result = TensorDict({}, batch_size=self.batch_size)
+        for name in names:
+            plan = self._plan(name)
+            for key, batch in plan.subs:  # sub-TensorDicts first, with their own batch sizes
+                if td_get(result, key) is None:
+                    result.set(key, TensorDict({}, batch_size=batch))
+            for key, leaf in plan.leaves:
+                value: Any = td_get(out, key)
+                if value is None and key[-1] in (*_FLAGS, "reward"):
+                    root: torch.Tensor | None = td_get(out, key[-1])
+                    if root is not None:
+                        value = _broadcast(root, leaf.shape, self.batch_dims)
+                if value is None:
+                    value = plan.zero(key, leaf)
+                if isinstance(value, torch.Tensor):
+                    if value.shape != leaf.shape:
+                        value = value.reshape(leaf.shape)
+                    if value.dtype != leaf.dtype:
+                        value = value.to(leaf.dtype)
+                elif hasattr(value, "reshape"):
+                    value = value.reshape(leaf.shape).to(leaf.dtype)
+                result.set(key, value)
+            for key, cls in plan.classes:  # tensorclass entries: their class again
+                result.set(key, cls.from_tensordict(td_get(result, key)))
+        return result
+
+    def _fill_flat(self, entries: dict[str, Any], names: tuple[str, ...]) -> TensorDictBase | None:
+        """:meth:`_fill` for specs of root tensor leaves that the pool's output has, shaped as
+        the specs say: their tensors (cast if need be) in one unchecked TensorDict; else None."""
+        values: dict[str, torch.Tensor] = {}
+        for name in names:
+            flat = self._plan(name).flat
+            if flat is None:
+                return None
+            for key, shape, dtype in flat:
+                value = entries.get(key)
+                if value is None or value.shape != shape:
+                    return None
+                values[key] = value if value.dtype is dtype else value.to(dtype)
+        return td_unchecked(values, self.batch_size)
+
+    def _plan(self, name: str) -> _FillPlan:
+        """What :meth:`_fill` walks for the spec ``name``, read once per spec object."""
+        specs: Any = getattr(self.__dict__.get("_output_spec"), "_specs", None)  # read without the lookup
+        spec = cast(Any, specs[name] if isinstance(specs, dict) and name in specs else self.output_spec[name])
+        plans: dict[str, _FillPlan] = self.__dict__.setdefault("_fill_plans", {})
+        plan = plans.get(name)
+        if plan is None or plan.spec is not spec:
+            plan = plans[name] = _FillPlan(spec)
+        return plan
+
+    def _set_seed(self, seed: int | None) -> None:
+        self.set_seed(seed)
+
+    def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int | None:
+        """Seed worker ``k`` with the ``k``-th seed of TorchRL's chain; return the next seed.
+        With ``static_seed``, every worker gets ``seed`` (TorchRL's members keep it unchanged)."""
+        shim = self._running()
+        if seed is None:
+            return None
+        if static_seed:
+            if self._meta is not None:
+                shim.call("set_seed", seed, static_seed=True)
+            else:
+                shim.reset(seed=seed)
+            return seed
+        return shim.set_seed(seed)
+
+    def start(self) -> None:
+        """Start the workers (TorchRL's ``BatchedEnvBase.start``); they start on first use anyway."""
+        if self._shim is not None:
+            raise RuntimeError("trying to start a environment that is not closed.")
+        self._start()
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        """Close the pool (its workers); ``reset()`` afterwards starts it again, as in TorchRL.
+        Closing a view (``env[idx]``) leaves its parent's workers running."""
+        if self.is_view:
+            self.close_view()
+            return
+        if self._shim is None:
+            if raise_if_closed:
+                raise RuntimeError("trying to close a closed environment")
+            return
+        shim, self._shim, self._wrapper = self._shim, None, None
+        shim.close()
+
+    @property
+    def pool(self) -> Any:
+        """The aenvs pool running the workers (started on first use)."""
+        return self._running().pool
+
+
+def td_to(td: TensorDictBase, device: Any) -> TensorDictBase:
+    moved: TensorDictBase = td.to(device)  # pyright: ignore[reportUnknownMemberType]
+    return moved
+
+
+def _broadcast(root: torch.Tensor, shape: torch.Size, batch_dims: int) -> torch.Tensor:
+    """A root flag / reward (``[*batch, 1]``) over a nested entry's shape (``[*batch, 3, 1]``)."""
+    if root.numel() == shape.numel():
+        return root.reshape(shape)
+    lead = root.reshape(*root.shape[:batch_dims], *(1,) * (len(shape) - batch_dims))
+    return lead.expand(shape)
+
+
+def _bind(fn: Any, kwargs: dict[str, Any]) -> Any:
+    import functools
+
+    return functools.partial(fn, **kwargs)
+
+
+def _reset_mask(tensordict: TensorDictBase, n: torch.Size) -> torch.Tensor | None:
+    """One bool per worker from every ``"_reset"`` entry (nested ones reduced over their dims)."""
+    masks: list[torch.Tensor] = [
+        td_get(tensordict, key) for key in td_keys(tensordict, nested=True) if _key(key)[-1] == "_reset"
+    ]
+    if not masks:
+        return None
+    return torch.stack([m.reshape(n[0], -1).any(-1) for m in masks], -1).any(-1)
+
+
+def _flat(td: TensorDictBase, n: torch.Size) -> TensorDictBase:
+    """Entries with a batch of their own (``[N, 3]``) kept, the TensorDict's batch cut to ``[N]``."""
+    out = TensorDict({}, batch_size=n)
+    for key in td_keys(td, nested=True, leaves=True):
+        out.set(key, td_get(td, key))
+    return out
+
+
+class SerialEnv(_BatchedEnv):
+    """TorchRL's ``SerialEnv``, run by an aenvs pool (``executor="inline"`` by default).
+
+    Same constructor as ``torchrl.envs.SerialEnv`` (``num_workers``, ``create_env_fn``,
+    ``create_env_kwargs``, ``device``, ...), plus ``executor=`` and the pool options of
+    :class:`aenvs.SerialEnv`. TorchRL's memory / process options (``shared_memory``,
+    ``use_buffers``, ``num_threads``, ``mp_start_method``...) are accepted and ignored; what
+    TorchRL refuses is refused with its exceptions. Specs come from a member made in the
+    parent (TorchRL members) or from the members' gymnasium spaces.
+
+    Example:
+        >>> from torchrl.envs import GymEnv
+        >>> from aenvs.torchrl import SerialEnv
+        >>> env = SerialEnv(2, lambda: GymEnv("CartPole-v1"), executor="thread")
+        >>> env.reset()["observation"].shape
+        torch.Size([2, 4])
+        >>> env.close()
+    """
+
+    _shim_class = _sync.SerialEnv
+    _parallel = False
+
+
+class ParallelEnv(_BatchedEnv):
+    """TorchRL's ``ParallelEnv``, run by an aenvs pool (``executor="process"`` by default).
+
+    See :class:`SerialEnv` for the arguments.
+
+    Example:
+        >>> from torchrl.envs import GymEnv
+        >>> from aenvs.torchrl import ParallelEnv
+        >>> env = ParallelEnv(2, lambda: GymEnv("CartPole-v1"))
+        >>> env.rollout(3).batch_size
+        torch.Size([2, 3])
+        >>> env.close()
+    """
+
+    _shim_class = _sync.ParallelEnv
+    _parallel = True
+
+
+class _FillPlan:
+    """A spec's sub-TensorDicts (with their batch sizes), leaves and tensorclass entries, and
+    the zeros of the leaves a result lacks, computed once."""
+
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
+        self.subs: list[tuple[tuple[str, ...], list[int]]] = []
+        for key in spec.keys(True, False):
+            key = _key(key)
+            sub = spec[key]
+            if isinstance(sub, Composite):
+                shape = list(sub.shape)  # a dynamic dim (-1, lazy specs) ends the batch
+                self.subs.append((key, shape[: shape.index(-1)] if -1 in shape else shape))
+        self.leaves: list[tuple[tuple[str, ...], Any]] = [
+            (_key(key), spec[_key(key)]) for key in spec.keys(True, True)
+        ]
+        self.classes: list[tuple[tuple[str, ...], Any]] = [
+            (key, cls)
+            for key in sorted((_key(k) for k in spec.keys(True, False)), key=len, reverse=True)
+            if (cls := getattr(spec[key], "data_cls", None)) is not None
+        ]
+        self._zeros: dict[tuple[str, ...], Any] = {}
+        # root tensor leaves only (the usual case): (key, shape, dtype) per leaf, else None
+        self.flat: list[tuple[str, torch.Size, torch.dtype]] | None = None
+        tensors_at_root = all(
+            len(key) == 1 and isinstance(leaf.dtype, torch.dtype) and not isinstance(leaf, NonTensor)
+            for key, leaf in self.leaves
+        )
+        if tensors_at_root and not self.subs and not self.classes:
+            self.flat = [(key[0], leaf.shape, leaf.dtype) for key, leaf in self.leaves]
+
+    def zero(self, key: tuple[str, ...], leaf: Any) -> Any:
+        """The zeros of ``leaf`` (a fresh copy: the caller's result may be written into)."""
+        zeros = self._zeros.get(key)
+        if zeros is None:
+            zeros = self._zeros[key] = leaf.zero()
+        return zeros.clone()
