@@ -242,6 +242,8 @@ class PrivateLoop(LoopDriver):
         task = loop.create_task(_carry_on(coro, awaited))
         if call is not None:
             call.task = task
+            if call.interrupted:  # Ctrl-C after the first step, before the task was recorded
+                task.cancel()
         try:
             return loop.run_until_complete(task)
         except asyncio.CancelledError:

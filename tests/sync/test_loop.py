@@ -4,12 +4,14 @@ during a sync call (cancelled at the next await, KeyboardInterrupt once, the env
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -19,7 +21,7 @@ from tensordict import TensorDict
 from aenvs import SerialEnv
 from aenvs._loop import PortalLoop, PrivateLoop, make_driver, new_event_loop
 from aenvs.testing import echo_env_fns
-from tests.helpers import Gate
+from tests.helpers import Gate, gated_env_fns
 from tests.sync.sync_envs import hold_at_step_env_fn, holding_env_fn
 
 
@@ -138,6 +140,59 @@ def test_ctrl_c_during_a_sync_step(executor: str, loop_name: str, tmp_path) -> N
         env.close()
         assert time.monotonic() - began < 2.0
     assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+
+
+def _interrupting_loop(loop_name: str) -> Any:
+    """A loop of ``loop_name`` that, once armed, sends SIGINT to this thread right after it
+    creates the task a sync call carries on in: the handler runs before the driver records it."""
+    base = uvloop.Loop if loop_name == "uvloop" else asyncio.SelectorEventLoop
+
+    class InterruptingLoop(base):  # pyright: ignore[reportGeneralTypeIssues, reportUntypedBaseClass]
+        armed = False
+        sent = 0
+
+        def create_task(self, coro: Any, **kwargs: Any) -> Any:
+            task = super().create_task(coro, **kwargs)
+            if self.armed and getattr(coro, "__name__", "") == "_carry_on":
+                self.armed = False
+                self.sent += 1
+                signal.raise_signal(signal.SIGINT)
+            return task
+
+    return InterruptingLoop()
+
+
+@pytest.mark.parametrize("loop_name", list(LOOP_FACTORIES))
+def test_ctrl_c_as_a_call_moves_onto_its_loop_interrupts_it(executor: str, loop_name: str, tmp_path) -> None:
+    """A Ctrl-C landing after a call's first step, before its task is recorded, still interrupts
+    the call where it waits (it was lost there, and the call waited for its envs)."""
+    gate = Gate(str(tmp_path))
+    loop = _interrupting_loop(loop_name)
+    env = SerialEnv(2, gated_env_fns(2, gate), executor=executor, loop_factory=lambda: loop)
+    caught = threading.Event()
+
+    def open_gate_at_last() -> None:  # a lost Ctrl-C leaves the step waiting for the envs
+        caught.wait(30)
+        gate.open()
+
+    opener = threading.Thread(target=open_gate_at_last)
+    try:
+        env.reset()
+        opener.start()
+        loop.armed = True
+        with pytest.raises(KeyboardInterrupt):
+            env.step(_actions(2))
+        interrupted_while_waiting = not os.path.exists(gate.path)
+        caught.set()
+        opener.join()
+        assert loop.sent == 1
+        assert interrupted_while_waiting, "the step ran to its end: the Ctrl-C was lost"
+        gate.open()
+        assert env.step(_actions(2))["next", "observation"].shape[0] == 2  # still usable
+    finally:
+        caught.set()
+        gate.open()
+        env.close()
 
 
 @pytest.mark.parametrize("loop_name", list(LOOP_FACTORIES))
