@@ -161,17 +161,26 @@ class _BatchedEnv(BatchedViews, EnvBase):
             and "next" not in keys
             and tensordict.batch_size == self.batch_size
             and tensordict.device == self.device
-            and all(self._plan(name).flat is not None for name in _OUTPUTS)
+            and self._flat_layout(_OUTPUTS) is not None
+            and not self.state_keys
         )
 
     def _lean_step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
         """TorchRL's ``step_and_maybe_reset`` for :meth:`_lean` cases: the step's entries set
         under ``"next"``, TorchRL's ``step_mdp``, then the reset rows of the envs whose
         episode ended written over the next input."""
+        root = flat_entries(tensordict)  # the input's entries, before "next" joins them
         nxt = self._step(tensordict)
         kept: tuple[torch.Tensor, TensorDictBase] | None = self.__dict__.get("_reset_rows")
-        tensordict.set("next", nxt)
-        following = self._step_mdp(tensordict)
+        following = self._step_mdp_flat(tensordict, root, nxt, kept)
+        if following is not None:
+            kept = None  # the reset rows are in
+        if root is not None:  # a TensorDict of tensors: "next" set as TorchRL's step_mdp sets entries
+            cast(Any, tensordict)._set_str("next", nxt, validated=True, inplace=False, non_blocking=False)
+        else:
+            tensordict.set("next", nxt)
+        if following is None:
+            following = self._step_mdp(tensordict)
         if kept is not None and bool(kept[0].any()):
             ended, reset = kept
             # as TorchRL's maybe_reset: the reset rows over the others; unless every env was
@@ -179,8 +188,7 @@ class _BatchedEnv(BatchedViews, EnvBase):
             if bool(ended.all()):
                 following.update(reset)  # pyright: ignore[reportUnknownMemberType]
             else:
-                where: Any = following.where  # pyright: ignore[reportUnknownMemberType]
-                where(~ended, other=reset, out=following, pad=0, update_batch_size=True)
+                cast(Any, following).where(~ended, other=reset, out=following, pad=0, update_batch_size=True)
         return tensordict, following
 
     @property
@@ -335,20 +343,75 @@ class _BatchedEnv(BatchedViews, EnvBase):
                 result.set(key, cls.from_tensordict(td_get(result, key)))
         return result
 
+    def _step_mdp_flat(
+        self,
+        tensordict: TensorDictBase,
+        root: dict[str, Any] | None,
+        nxt: TensorDictBase,
+        kept: tuple[torch.Tensor, TensorDictBase] | None,
+    ) -> TensorDictBase | None:
+        """TorchRL's ``step_mdp`` (keeping the action and other entries) then ``maybe_reset``
+        for an input of tensors at its root: its entries but the reward and flags, the step's
+        observations and flags, and the rows ``kept`` reset (as TorchRL's ``maybe_reset``:
+        unless every env was reset, entries the reset does not give, the action..., are
+        zeros in those rows); None for other inputs."""
+        following = flat_entries(nxt)
+        if root is None or following is None:
+            return None
+        rewards = {_key(key)[0] for key in self.reward_keys}
+        not_carried = {*rewards, *(_key(key)[0] for key in self.done_keys), "_reset", "next"}
+        entries = {key: value for key, value in root.items() if key not in not_carried}
+        entries.update({key: value for key, value in following.items() if key not in rewards})
+        if kept is not None and bool(kept[0].any()):
+            ended, reset = kept
+            rows = flat_entries(reset)
+            if rows is None or not rows.keys() <= entries.keys():
+                return None
+            if bool(ended.all()):
+                entries.update(rows)
+            else:
+                for key, value in entries.items():
+                    mask = ended.reshape(-1, *(1,) * (value.ndim - 1))
+                    new = rows.get(key)
+                    entries[key] = (
+                        value.masked_fill(mask, 0) if new is None else torch.where(mask, new, value)
+                    )
+        return td_unchecked(entries, tensordict.batch_size, tensordict.device)
+
     def _fill_flat(self, entries: dict[str, Any], names: tuple[str, ...]) -> TensorDictBase | None:
         """:meth:`_fill` for specs of root tensor leaves that the pool's output has, shaped as
         the specs say: their tensors (cast if need be) in one unchecked TensorDict; else None."""
+        layout = self._flat_layout(names)
+        if layout is None:
+            return None
         values: dict[str, torch.Tensor] = {}
-        for name in names:
-            flat = self._plan(name).flat
-            if flat is None:
+        for key, shape, dtype in layout:
+            value = entries.get(key)
+            if value is None or value.shape != shape:
                 return None
-            for key, shape, dtype in flat:
-                value = entries.get(key)
-                if value is None or value.shape != shape:
-                    return None
-                values[key] = value if value.dtype is dtype else value.to(dtype)
-        return td_unchecked(values, self.batch_size)
+            values[key] = value if value.dtype is dtype else value.to(dtype)
+        device = self.device  # the pool's tensors are on the CPU: a CPU env's, as they are
+        return td_unchecked(
+            values, self.batch_size, device if device is not None and device.type == "cpu" else None
+        )
+
+    def _flat_layout(self, names: tuple[str, ...]) -> list[tuple[str, torch.Size, torch.dtype]] | None:
+        """The root tensor leaves of the specs ``names`` (None if any spec has others), read
+        once per set of spec objects."""
+        specs: Any = getattr(self.__dict__.get("_output_spec"), "_specs", None)
+        layouts: dict[tuple[str, ...], Any] = self.__dict__.setdefault("_flat_layouts", {})
+        cached = layouts.get(names)
+        if cached is not None and isinstance(specs, dict):
+            objects, layout = cached
+            by_name = cast(dict[str, Any], specs)
+            if all(by_name.get(name) is spec for name, spec in zip(names, objects, strict=True)):
+                return layout
+        plans = [self._plan(name) for name in names]
+        layout = (
+            None if any(p.flat is None for p in plans) else [leaf for p in plans for leaf in p.flat or ()]
+        )
+        layouts[names] = (tuple(p.spec for p in plans), layout)
+        return layout
 
     def _plan(self, name: str) -> _FillPlan:
         """What :meth:`_fill` walks for the spec ``name``, read once per spec object."""

@@ -40,7 +40,8 @@ def _no_reset(*args: Any, **kwargs: Any) -> Any:
 
 
 def _step_loop(env: Any, steps: int, fused: bool = False) -> list[tuple[Any, Any]]:
-    """``step_and_maybe_reset`` with seeded random actions: every step's two TensorDicts.
+    """``step_and_maybe_reset`` with seeded random actions: every step's two TensorDicts
+    (the step's as returned, not copied: later steps must not write into it).
     ``fused``: fail on any pool reset after the first (the steps reset ended episodes)."""
     env.set_seed(3)
     torch.manual_seed(1)
@@ -50,11 +51,12 @@ def _step_loop(env: Any, steps: int, fused: bool = False) -> list[tuple[Any, Any
     out: list[tuple[Any, Any]] = []
     for _ in range(steps):
         stepped, td = env.step_and_maybe_reset(env.rand_action(td))
-        out.append((stepped.clone(), td.clone()))
+        out.append((stepped, td.clone()))
     return out
 
 
 def _assert_same(got: Any, expected: Any, where: str) -> None:
+    assert got.device == expected.device and got.batch_size == expected.batch_size, where
     assert set(got.keys(True, True)) == set(expected.keys(True, True)), where
     for key in expected.keys(True, True):
         assert got[key].dtype == expected[key].dtype, (where, key)
