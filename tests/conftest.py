@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import psutil
@@ -66,6 +67,19 @@ async def make_pool(executor: str) -> AsyncIterator[PoolFactory]:
             return await stack.enter_async_context(AsyncEnvPool(env_fns, executor=executor, **options))
 
         yield make
+
+
+@pytest.fixture
+def sigint_default() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt during the test, as in a terminal, whatever this process
+    inherited: a job started in the background by a non-interactive shell ignores SIGINT, and
+    Python (like aenvs, which never replaces an ignored SIGINT) leaves it ignored."""
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
 
 
 @pytest.fixture(autouse=True)

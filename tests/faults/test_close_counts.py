@@ -193,6 +193,7 @@ def test_sync_shim_close(executor: str, tmp_path: Path) -> None:
     _check(asyncio.run(wait_for_closes(tmp_path, 3, timeout=WAIT)), built=3)
 
 
+@pytest.mark.usefixtures("sigint_default")
 def test_sync_shim_ctrl_c_then_close(executor: str, tmp_path: Path) -> None:
     """Ctrl-C while a sync step waits for a hung env, then close: every env closes once."""
     release = tmp_path / "release"

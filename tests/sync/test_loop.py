@@ -104,6 +104,7 @@ LOOP_FACTORIES: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
 }
 
 
+@pytest.mark.usefixtures("sigint_default")
 @pytest.mark.parametrize("loop_name", list(LOOP_FACTORIES))
 def test_ctrl_c_during_a_sync_step(executor: str, loop_name: str, tmp_path) -> None:
     started, release = Gate(str(tmp_path)), Gate(str(tmp_path))
@@ -162,6 +163,7 @@ def _interrupting_loop(loop_name: str) -> Any:
     return InterruptingLoop()
 
 
+@pytest.mark.usefixtures("sigint_default")
 @pytest.mark.parametrize("loop_name", list(LOOP_FACTORIES))
 def test_ctrl_c_as_a_call_moves_onto_its_loop_interrupts_it(executor: str, loop_name: str, tmp_path) -> None:
     """A Ctrl-C landing after a call's first step, before its task is recorded, still interrupts
@@ -195,6 +197,7 @@ def test_ctrl_c_as_a_call_moves_onto_its_loop_interrupts_it(executor: str, loop_
         env.close()
 
 
+@pytest.mark.usefixtures("sigint_default")
 @pytest.mark.parametrize("loop_name", list(LOOP_FACTORIES))
 def test_ctrl_c_during_a_rollout_stops_it_at_the_next_step(executor: str, loop_name: str, tmp_path) -> None:
     """Ctrl-C in a rollout's step 3 of 300 surfaces at step 4's receive, on every executor: a
@@ -225,6 +228,7 @@ def test_ctrl_c_during_a_rollout_stops_it_at_the_next_step(executor: str, loop_n
         env.close()
 
 
+@pytest.mark.usefixtures("sigint_default")
 def test_ctrl_c_outside_sync_calls_is_a_plain_keyboard_interrupt() -> None:
     with SerialEnv(1, echo_env_fns(1)[0]) as env:
         env.reset()  # installs the handler
