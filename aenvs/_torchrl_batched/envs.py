@@ -16,11 +16,11 @@ from typing import Any, ClassVar, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.utils import NestedKey
 
 import aenvs._sync as _sync
-from aenvs._adapters.torchrl import Composite, EnvBase, MultiOneHot, NonTensor, OneHot
+from aenvs._adapters.torchrl import EnvBase, MultiOneHot, OneHot
 from aenvs._tensors import flat_entries, td_get, td_keys, td_unchecked
+from aenvs._torchrl_batched.filling import OutputLayout, key_tuple
 from aenvs._torchrl_batched.options import IGNORED, check_torchrl_options, factories
 from aenvs._torchrl_batched.specs import SPEC_NAMES, MemberSpecs, member_specs
 from aenvs._torchrl_batched.views import BatchedViews
@@ -31,10 +31,6 @@ __all__ = ["ParallelEnv", "SerialEnv"]
 _FLAGS = ("done", "terminated", "truncated")
 _OUTPUTS = ("full_observation_spec", "full_reward_spec", "full_done_spec")
 _RESET_OUTPUTS = ("full_observation_spec", "full_done_spec")
-
-
-def _key(key: NestedKey) -> tuple[str, ...]:
-    return (key,) if isinstance(key, str) else tuple(str(k) for k in key)
 
 
 class _BatchedEnv(BatchedViews, EnvBase):
@@ -80,7 +76,7 @@ class _BatchedEnv(BatchedViews, EnvBase):
         )
         for name in SPEC_NAMES:
             setattr(self, name, specs[name].to(self.device) if self.device is not None else specs[name])
-        self._action_keys = [_key(k) for k in self.full_action_spec.keys(True, True)]
+        self._action_keys = [key_tuple(k) for k in self.full_action_spec.keys(True, True)]
         self._dispatch = True
 
     def __getattr__(self, attr: str) -> Any:
@@ -161,7 +157,7 @@ class _BatchedEnv(BatchedViews, EnvBase):
             and "next" not in keys
             and tensordict.batch_size == self.batch_size
             and tensordict.device == self.device
-            and self._flat_layout(_OUTPUTS) is not None
+            and self._layout().flat_layout(self, _OUTPUTS) is not None
             and not self.state_keys
         )
 
@@ -307,41 +303,18 @@ class _BatchedEnv(BatchedViews, EnvBase):
         self.__dict__["_reset_rows"] = (done.reshape(-1).bool(), reset)
 
     def _kept_keys(self) -> list[tuple[str, ...]]:
-        keys = [_key(k) for k in self.full_observation_spec.keys(True, True)]
+        keys = [key_tuple(k) for k in self.full_observation_spec.keys(True, True)]
         return [*keys, *((flag,) for flag in _FLAGS if (flag,) in self.full_done_spec.keys(True, True))]
 
     def _fill(self, out: TensorDictBase, names: tuple[str, ...]) -> TensorDictBase:
         """The pool's output laid out as the members' specs: their keys, shapes and dtypes."""
-        entries = flat_entries(out)
-        if entries is not None:
-            flat = self._fill_flat(entries, names)
-            if flat is not None:
-                return flat
-        result = TensorDict({}, batch_size=self.batch_size)
-        for name in names:
-            plan = self._plan(name)
-            for key, batch in plan.subs:  # sub-TensorDicts first, with their own batch sizes
-                if td_get(result, key) is None:
-                    result.set(key, TensorDict({}, batch_size=batch))
-            for key, leaf in plan.leaves:
-                value: Any = td_get(out, key)
-                if value is None and key[-1] in (*_FLAGS, "reward"):
-                    root: torch.Tensor | None = td_get(out, key[-1])
-                    if root is not None:
-                        value = _broadcast(root, leaf.shape, self.batch_dims)
-                if value is None:
-                    value = plan.zero(key, leaf)
-                if isinstance(value, torch.Tensor):
-                    if value.shape != leaf.shape:
-                        value = value.reshape(leaf.shape)
-                    if value.dtype != leaf.dtype:
-                        value = value.to(leaf.dtype)
-                elif hasattr(value, "reshape"):
-                    value = value.reshape(leaf.shape).to(leaf.dtype)
-                result.set(key, value)
-            for key, cls in plan.classes:  # tensorclass entries: their class again
-                result.set(key, cls.from_tensordict(td_get(result, key)))
-        return result
+        return self._layout().fill(self, out, names)
+
+    def _layout(self) -> OutputLayout:
+        layout = self.__dict__.get("_output_layout")
+        if layout is None:
+            layout = self.__dict__["_output_layout"] = OutputLayout()
+        return layout
 
     def _step_mdp_flat(
         self,
@@ -358,8 +331,8 @@ class _BatchedEnv(BatchedViews, EnvBase):
         following = flat_entries(nxt)
         if root is None or following is None:
             return None
-        rewards = {_key(key)[0] for key in self.reward_keys}
-        not_carried = {*rewards, *(_key(key)[0] for key in self.done_keys), "_reset", "next"}
+        rewards = {key_tuple(key)[0] for key in self.reward_keys}
+        not_carried = {*rewards, *(key_tuple(key)[0] for key in self.done_keys), "_reset", "next"}
         entries = {key: value for key, value in root.items() if key not in not_carried}
         entries.update({key: value for key, value in following.items() if key not in rewards})
         if kept is not None and bool(kept[0].any()):
@@ -377,51 +350,6 @@ class _BatchedEnv(BatchedViews, EnvBase):
                         value.masked_fill(mask, 0) if new is None else torch.where(mask, new, value)
                     )
         return td_unchecked(entries, tensordict.batch_size, tensordict.device)
-
-    def _fill_flat(self, entries: dict[str, Any], names: tuple[str, ...]) -> TensorDictBase | None:
-        """:meth:`_fill` for specs of root tensor leaves that the pool's output has, shaped as
-        the specs say: their tensors (cast if need be) in one unchecked TensorDict; else None."""
-        layout = self._flat_layout(names)
-        if layout is None:
-            return None
-        values: dict[str, torch.Tensor] = {}
-        for key, shape, dtype in layout:
-            value = entries.get(key)
-            if value is None or value.shape != shape:
-                return None
-            values[key] = value if value.dtype is dtype else value.to(dtype)
-        device = self.device  # the pool's tensors are on the CPU: a CPU env's, as they are
-        return td_unchecked(
-            values, self.batch_size, device if device is not None and device.type == "cpu" else None
-        )
-
-    def _flat_layout(self, names: tuple[str, ...]) -> list[tuple[str, torch.Size, torch.dtype]] | None:
-        """The root tensor leaves of the specs ``names`` (None if any spec has others), read
-        once per set of spec objects."""
-        specs: Any = getattr(self.__dict__.get("_output_spec"), "_specs", None)
-        layouts: dict[tuple[str, ...], Any] = self.__dict__.setdefault("_flat_layouts", {})
-        cached = layouts.get(names)
-        if cached is not None and isinstance(specs, dict):
-            objects, layout = cached
-            by_name = cast(dict[str, Any], specs)
-            if all(by_name.get(name) is spec for name, spec in zip(names, objects, strict=True)):
-                return layout
-        plans = [self._plan(name) for name in names]
-        layout = (
-            None if any(p.flat is None for p in plans) else [leaf for p in plans for leaf in p.flat or ()]
-        )
-        layouts[names] = (tuple(p.spec for p in plans), layout)
-        return layout
-
-    def _plan(self, name: str) -> _FillPlan:
-        """What :meth:`_fill` walks for the spec ``name``, read once per spec object."""
-        specs: Any = getattr(self.__dict__.get("_output_spec"), "_specs", None)  # read without the lookup
-        spec = cast(Any, specs[name] if isinstance(specs, dict) and name in specs else self.output_spec[name])
-        plans: dict[str, _FillPlan] = self.__dict__.setdefault("_fill_plans", {})
-        plan = plans.get(name)
-        if plan is None or plan.spec is not spec:
-            plan = plans[name] = _FillPlan(spec)
-        return plan
 
     def _set_seed(self, seed: int | None) -> None:
         self.set_seed(seed)
@@ -470,14 +398,6 @@ def td_to(td: TensorDictBase, device: Any) -> TensorDictBase:
     return moved
 
 
-def _broadcast(root: torch.Tensor, shape: torch.Size, batch_dims: int) -> torch.Tensor:
-    """A root flag / reward (``[*batch, 1]``) over a nested entry's shape (``[*batch, 3, 1]``)."""
-    if root.numel() == shape.numel():
-        return root.reshape(shape)
-    lead = root.reshape(*root.shape[:batch_dims], *(1,) * (len(shape) - batch_dims))
-    return lead.expand(shape)
-
-
 def _bind(fn: Any, kwargs: dict[str, Any]) -> Any:
     import functools
 
@@ -487,7 +407,7 @@ def _bind(fn: Any, kwargs: dict[str, Any]) -> Any:
 def _reset_mask(tensordict: TensorDictBase, n: torch.Size) -> torch.Tensor | None:
     """One bool per worker from every ``"_reset"`` entry (nested ones reduced over their dims)."""
     masks: list[torch.Tensor] = [
-        td_get(tensordict, key) for key in td_keys(tensordict, nested=True) if _key(key)[-1] == "_reset"
+        td_get(tensordict, key) for key in td_keys(tensordict, nested=True) if key_tuple(key)[-1] == "_reset"
     ]
     if not masks:
         return None
@@ -541,42 +461,3 @@ class ParallelEnv(_BatchedEnv):
 
     _shim_class = _sync.ParallelEnv
     _parallel = True
-
-
-class _FillPlan:
-    """A spec's sub-TensorDicts (with their batch sizes), leaves and tensorclass entries, and
-    the zeros of the leaves a result lacks, computed once."""
-
-    def __init__(self, spec: Any) -> None:
-        self.spec = spec
-        self.subs: list[tuple[tuple[str, ...], list[int]]] = []
-        for key in spec.keys(True, False):
-            key = _key(key)
-            sub = spec[key]
-            if isinstance(sub, Composite):
-                shape = list(sub.shape)  # a dynamic dim (-1, lazy specs) ends the batch
-                self.subs.append((key, shape[: shape.index(-1)] if -1 in shape else shape))
-        self.leaves: list[tuple[tuple[str, ...], Any]] = [
-            (_key(key), spec[_key(key)]) for key in spec.keys(True, True)
-        ]
-        self.classes: list[tuple[tuple[str, ...], Any]] = [
-            (key, cls)
-            for key in sorted((_key(k) for k in spec.keys(True, False)), key=len, reverse=True)
-            if (cls := getattr(spec[key], "data_cls", None)) is not None
-        ]
-        self._zeros: dict[tuple[str, ...], Any] = {}
-        # root tensor leaves only (the usual case): (key, shape, dtype) per leaf, else None
-        self.flat: list[tuple[str, torch.Size, torch.dtype]] | None = None
-        tensors_at_root = all(
-            len(key) == 1 and isinstance(leaf.dtype, torch.dtype) and not isinstance(leaf, NonTensor)
-            for key, leaf in self.leaves
-        )
-        if tensors_at_root and not self.subs and not self.classes:
-            self.flat = [(key[0], leaf.shape, leaf.dtype) for key, leaf in self.leaves]
-
-    def zero(self, key: tuple[str, ...], leaf: Any) -> Any:
-        """The zeros of ``leaf`` (a fresh copy: the caller's result may be written into)."""
-        zeros = self._zeros.get(key)
-        if zeros is None:
-            zeros = self._zeros[key] = leaf.zero()
-        return zeros.clone()
