@@ -17,11 +17,11 @@ import torch
 
 from aenvs._env import EnvFn
 
-__all__ = ["check_options", "env_factories"]
+__all__ = ["TORCHRL_NO_OPS", "check_options", "env_factories"]
 
 # TorchRL BatchedEnvBase arguments that have no meaning here (aenvs decides memory
 # layout, devices and start methods itself); accepted so TorchRL scripts run unchanged.
-_TORCHRL_NO_OPS = frozenset(
+TORCHRL_NO_OPS = frozenset(
     {
         "pin_memory",
         "share_individual_td",
@@ -50,7 +50,7 @@ def check_options(owner: str, options: Mapping[str, Any], device: str | torch.de
         Traceback (most recent call last):
         TypeError: SerialEnv() got unexpected keyword arguments ['colour']
     """
-    unknown = set(options) - _TORCHRL_NO_OPS
+    unknown = set(options) - TORCHRL_NO_OPS
     if unknown:
         raise TypeError(f"{owner}() got unexpected keyword arguments {sorted(unknown)}")
     if device is not None and torch.device(device).type != "cpu":

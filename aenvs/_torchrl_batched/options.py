@@ -17,30 +17,13 @@ import copy
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from aenvs._torchrl_args import TORCHRL_NO_OPS
+
 __all__ = ["IGNORED", "check_torchrl_options", "factories"]
 
-# TorchRL arguments accepted and ignored: shared / memory-mapped buffers, pinned memory,
-# thread counts, start methods, consolidation and daemon workers are the executor's business
-IGNORED = frozenset(
-    {
-        "pin_memory",
-        "share_individual_td",
-        "shared_memory",
-        "memmap",
-        "policy_proof",
-        "allow_step_when_done",
-        "num_threads",
-        "num_sub_threads",
-        "serial_for_single",
-        "non_blocking",
-        "mp_start_method",
-        "use_buffers",
-        "metadata_from_workers",
-        "consolidate",
-        "daemon",
-        "shutdown_timeout",
-    }
-)
+# TorchRL arguments accepted and ignored: the sync shim's (buffers, pinned memory, thread
+# counts, start methods, daemon workers: the executor's business), and the drop-in's own two
+IGNORED = TORCHRL_NO_OPS | {"metadata_from_workers", "shutdown_timeout"}
 
 
 def check_torchrl_options(owner: str, options: Mapping[str, Any], parallel: bool) -> None:
