@@ -160,13 +160,42 @@ async def test_live_view_shows_the_pools_figures(make_pool: PoolFactory) -> None
     assert format_seconds(env.pool_p50) in env_row and format_seconds(env.pool_p99) in env_row
 
 
+class _TickingClock:
+    """A clock 1 ms later at every read, but for the read right after a ``stats()`` read, so
+    that reads cost no time: the view's wait stays its interval (a slow read on a busy machine
+    would stretch it past the run) and the refresh count does not depend on the machine."""
+
+    def __init__(self) -> None:
+        self.now, self.hold = 0.0, False
+
+    def __call__(self) -> float:
+        if self.hold:
+            self.hold = False
+        else:
+            self.now += 0.001
+        return self.now
+
+
+class _StatsOnClock:
+    """``pool.stats()`` read in no time on ``clock``."""
+
+    def __init__(self, pool: Any, clock: _TickingClock) -> None:
+        self._pool, self._clock = pool, clock
+
+    def stats(self) -> Any:
+        self._clock.hold = True
+        return self._pool.stats()
+
+
 async def test_live_view_refreshes_while_the_loop_waits(make_pool: PoolFactory) -> None:
     pool = await make_pool(LONG, num_envs=1)
     out = io.StringIO()
-    with LiveView(pool, mode="lines", total_steps=8, file=out, interval=0.001) as view:
+    clock = _TickingClock()
+    source = _StatsOnClock(pool, clock)
+    with LiveView(source, mode="lines", total_steps=8, file=out, interval=0.001, clock=clock) as view:
         await run_random(pool, 8, seed=0, progress=False, view=view)
     lines = out.getvalue().splitlines()
-    assert len(lines) == view.refreshes >= 3  # each 5 ms step outlasts the interval
+    assert len(lines) == view.refreshes >= 8  # a refresh is due at every batch: 1 ms has passed
     assert lines[-1].startswith("live: 8/8 steps")
 
 
