@@ -96,13 +96,18 @@ class Batcher:
         ]
         self.objects = ObjectActions(specs)
         self._all_rows = list(range(len(specs)))
-        self._arange = torch.arange(len(specs))
         # the members' own batch shape (TorchRL envs of batch size [3]): after the env dim in
         # every batch; the pool refuses members whose batch shapes differ
         self.batch_shape: tuple[int, ...] = specs[0].batch_shape if specs else ()
         # the dense path copies rows in numpy: between the pool's other work a torch op costs
         # several times what numpy's take does (9-13 us against 1.7 us for 50 rows here)
         self._dense_plan = (list(buffers.groups[0].reset.items()), list(buffers.groups[0].step.items()))
+        # the same by root name, when no key is nested (the usual case): one dict built per batch
+        self._flat_plan = tuple(
+            [(key[0], buf) for key, buf in plan] if all(len(key) == 1 for key, _ in plan) else None
+            for plan in self._dense_plan
+        )
+        self._arange_np = np.arange(len(specs), dtype=np.int64)
         self._dense_actions = [
             (k, self._groups[0][2][k], a) for k, a in buffers.groups[0].action.items() if a.dtype != OBJECT
         ]
@@ -110,10 +115,13 @@ class Batcher:
 
     # -- actions in ---------------------------------------------------------------
 
-    def check_actions(self, td: TensorDictBase, env_indices: Sequence[int]) -> None:
-        """Raise ValueError naming the env and the key if ``td`` does not fit the action spaces."""
+    def check_actions(self, td: TensorDictBase, env_indices: Sequence[int]) -> dict[Key, torch.Tensor] | None:
+        """Raise ValueError naming the env and the key if ``td`` does not fit the action spaces.
+
+        Returns, for a dense pool, the action tensors checked, by key (what
+        :meth:`write_actions` copies); None for a lazy one."""
         if self.dense:
-            self._check_leaves(
+            return self._check_leaves(
                 td,
                 env_indices[0],
                 self._tensor_actions[0],
@@ -121,9 +129,9 @@ class Batcher:
                 1,
                 others=len(env_indices) - 1,
             )
-            return
         for row, i in enumerate(env_indices):
             self._check_leaves(td[row], i, self._tensor_actions[i], self._action_dtypes[i], 0)
+        return None
 
     def _check_leaves(
         self,
@@ -133,36 +141,66 @@ class Batcher:
         dtypes: Mapping[Key, torch.dtype],
         batch_dims: int,
         others: int = 0,
-    ) -> None:
+    ) -> dict[Key, torch.Tensor]:
+        checked: dict[Key, torch.Tensor] = {}
+        root = root_entries(td) if type(td) is TensorDict else None
+        for leaf in leaves:
+            key = leaf.key
+            # a root tensor read straight from a TensorDict's entries (tensordict's get costs more)
+            value = root.get(key[0]) if root is not None and len(key) == 1 else None
+            if type(value) is torch.Tensor and value.dtype is dtypes[key]:
+                shape = value.shape
+                if len(shape) == batch_dims + len(leaf.shape) and tuple(shape[batch_dims:]) == leaf.shape:
+                    checked[key] = value
+                    continue
+            checked[key] = self._checked_leaf(td, env_index, leaf, dtypes, batch_dims, others)
+        return checked
+
+    def _checked_leaf(
+        self,
+        td: TensorDictBase,
+        env_index: int,
+        leaf: Leaf,
+        dtypes: Mapping[Key, torch.dtype],
+        batch_dims: int,
+        others: int,
+    ) -> torch.Tensor:
+        """``td``'s entry for ``leaf``, or the error that names the env and the key."""
         who = f"env {env_index}" + (f" (and {others} more)" if others else "")
         space = self.specs[env_index].action_space
-        for leaf in leaves:
-            value = td_get(td, leaf.key)
-            if value is None:
-                raise ValueError(
-                    f"{who}: the input has no {_name(leaf.key)!r} entry; its action space is {space}"
-                )
-            if not isinstance(value, torch.Tensor):
-                raise TypeError(f"{who}: {_name(leaf.key)!r} must be a tensor, got {type(value).__name__}")
-            shape = tuple(value.shape[batch_dims:])
-            if shape != leaf.shape:
-                raise ValueError(
-                    f"{who}: {_name(leaf.key)!r} has shape {shape} per env, expected {leaf.shape} "
-                    f"for the action space {space}"
-                )
-            if value.dtype != dtypes[leaf.key]:
-                raise ValueError(
-                    f"{who}: {_name(leaf.key)!r} has dtype {value.dtype}, expected {dtypes[leaf.key]} "
-                    f"for the action space {space}"
-                )
+        value = td_get(td, leaf.key)
+        if value is None:
+            raise ValueError(
+                f"{who}: the input has no {_name(leaf.key)!r} entry; its action space is {space}"
+            )
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{who}: {_name(leaf.key)!r} must be a tensor, got {type(value).__name__}")
+        shape = tuple(value.shape[batch_dims:])
+        if shape != leaf.shape:
+            raise ValueError(
+                f"{who}: {_name(leaf.key)!r} has shape {shape} per env, expected {leaf.shape} "
+                f"for the action space {space}"
+            )
+        if value.dtype != dtypes[leaf.key]:
+            raise ValueError(
+                f"{who}: {_name(leaf.key)!r} has dtype {value.dtype}, expected {dtypes[leaf.key]} "
+                f"for the action space {space}"
+            )
+        return value
 
-    def write_actions(self, td: TensorDictBase, env_indices: Sequence[int]) -> None:
-        """Copy the (checked) actions of ``td`` into the envs' action rows."""
+    def write_actions(
+        self,
+        td: TensorDictBase,
+        env_indices: Sequence[int],
+        checked: Mapping[Key, torch.Tensor] | None = None,
+    ) -> None:
+        """Copy the (checked) actions of ``td`` into the envs' action rows (``checked``: what
+        :meth:`check_actions` returned for it)."""
         if self.dense:
-            whole = list(env_indices) == self._all_rows
+            whole = env_indices == self._all_rows
             rows = None if whole else np.array(env_indices, dtype=np.int64)
             for key, buf, array in self._dense_actions:
-                value: torch.Tensor = td[key]  # a tensor: check_actions saw it
+                value: torch.Tensor = checked[key] if checked is not None else td[key]
                 if value.requires_grad:  # a policy's output: the env needs its value, not its graph
                     value = value.detach()
                 if whole:
@@ -185,6 +223,11 @@ class Batcher:
     def _dense_source(self, rows: npt.NDArray[np.int64] | None, which: int) -> dict[str, Any]:
         """Copies of the buffer ``rows`` (None: all, in order) as nested tensors (``which``
         0: reset buffers, 1: step buffers)."""
+        flat = self._flat_plan[which]
+        if flat is not None:
+            if rows is None:
+                return {name: from_numpy(buf.copy()) for name, buf in flat}
+            return {name: from_numpy(buf.take(rows, axis=0)) for name, buf in flat}
         source: dict[str, Any] = {}
         for key, buf in self._dense_plan[which]:
             put(source, key, from_numpy(buf.copy() if rows is None else buf.take(rows, axis=0)))
@@ -263,7 +306,7 @@ class Batcher:
         *batch_shape]`` (a TensorDict entry carries its batch's dims: each sub-env's row names
         its member)."""
         if indices == self._all_rows:
-            rows, env_index = None, self._arange.clone()
+            rows, env_index = None, from_numpy(self._arange_np.copy())
         else:
             rows = np.array(indices, dtype=np.int64)
             env_index = from_numpy(rows)
@@ -364,7 +407,8 @@ class Batcher:
         rows, env_index = self._index(indices)
         out = self._step_batch(completions, inputs, indices, rows, env_index)
         # its own env_index: the caller may write into one of the two
-        nxt = self._rows(indices, 0, [c.reset_extras for c in completions], rows, env_index.clone())
+        second_index = env_index.clone() if self.batch_shape else from_numpy(env_index.numpy().copy())
+        nxt = self._rows(indices, 0, [c.reset_extras for c in completions], rows, second_index)
         return out, nxt
 
 

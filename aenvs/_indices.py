@@ -30,6 +30,8 @@ def read_env_index(value: Any, num_envs: int, name: str = "env_index") -> list[i
         ...
         TypeError: env_index[0] is 1.5 (float): env indices are integers
     """
+    if type(value) is torch.Tensor and value.dtype is torch.int64 and value.dim() == 1:
+        return value.tolist()  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType] - the usual form
     if isinstance(value, torch.Tensor):
         if value.dtype is torch.bool:
             return _mask(value.numpy(force=True), value.shape, num_envs, name)

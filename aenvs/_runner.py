@@ -56,6 +56,9 @@ class _Slot:
     # a native env with one observation entry at its root: that entry's name and step row
     plain_name: str | None = None
     plain_row: np.ndarray | None = None
+    # a plain gymnasium env with an array observation: its step_result and observation row
+    step_result: Any = None
+    array_row: np.ndarray | None = None
     # an env with a batch shape of its own: its reset of the sub-envs that ended, else None
     autoreset: Any = None
     closed: bool = False  # its adapter's close ran (or was started): never again
@@ -75,6 +78,11 @@ class _Slot:
         self.terminated, self.truncated = step[_TERMINATED], step[_TRUNCATED]
         self.plain_name = getattr(self.adapter, "plain_observation", None)
         self.plain_row = None if self.plain_name is None else step[(self.plain_name,)]
+        array_key: Key | None = getattr(self.adapter, "array_observation", None)
+        if array_key is not None and array_key in step:
+            self.step_result, self.array_row = self.adapter.step_result, step[array_key]
+        else:
+            self.step_result = self.array_row = None
         self.reset_flags = (rows.reset[_DONE], rows.reset[_TERMINATED], rows.reset[_TRUNCATED])
         self.autoreset = getattr(self.adapter, "autoreset", None)
         if self.autoreset is not None:
@@ -160,7 +168,57 @@ class EnvRunner:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
             return self._loop.run_until_complete(self.execute_async(command))
-        return [drive(self.execute_one(i, command)) for i in command.env_indices]
+        run_now = self.run_now
+        return [run_now(i, command) for i in command.env_indices]
+
+    def run_now(self, i: int, command: Command) -> Completion:
+        """:meth:`execute_one` for a plain (not async) env, run to its end now.
+
+        A gymnasium env's step (the hot path of every executor) runs here without a
+        coroutine, its results written straight into its rows.
+        """
+        kind = command.kind
+        if (kind is _STEP or kind is _SMR) and command.object_actions is None:
+            slot = self._slots[i]
+            if slot.step_result is not None:
+                try:
+                    return self._step_array_env(i, kind, slot)
+                except Exception as exc:
+                    return Completion(i, kind, error=RemoteError.capture(exc))
+                except (KeyboardInterrupt, SystemExit, GeneratorExit) as exc:  # the env's: see execute_one
+                    return Completion(i, kind, error=RemoteError.capture(exc))
+        return drive(self.execute_one(i, command))
+
+    def _step_array_env(self, i: int, kind: CommandKind, slot: _Slot) -> Completion:
+        """Step a plain gymnasium env whose observation is one array (``slot.step_result``)."""
+        rows = slot.rows
+        assert rows is not None
+        obs, reward, terminated, truncated, info = slot.step_result(rows.action, rows.row)
+        view = slot.array_row
+        assert view is not None
+        if type(obs) is np.ndarray and obs.shape == view.shape:
+            reward, terminated, truncated = reward_value(reward), bool(terminated), bool(truncated)
+            done = terminated or truncated
+            view[...] = obs
+            slot.reward[0] = reward  # pyright: ignore[reportOptionalSubscript] - attached with the rows
+            slot.terminated[0] = terminated  # pyright: ignore[reportOptionalSubscript]
+            slot.truncated[0] = truncated  # pyright: ignore[reportOptionalSubscript]
+            slot.done[0] = done  # pyright: ignore[reportOptionalSubscript]
+            extras = _with_info(None, info) if info else None
+        else:  # not the array the space says: the general path, and its errors
+            out = slot.adapter.outcome((obs, reward, terminated, truncated, info), True)
+            done = out.terminated or out.truncated
+            extras = self._write_step(slot, out, done)
+        completion = Completion(i, kind, None, extras, None, done)
+        if kind is _SMR:
+            if done:
+                completion.reset_extras = self._write_reset(slot, slot.adapter.reset(None, None))
+                completion.was_reset = True
+            else:
+                for reset_row, step_row in slot.carry:
+                    reset_row[...] = step_row
+                completion.reset_extras = extras
+        return completion
 
     async def execute_async(self, command: Command) -> list[Completion]:
         """Run ``command`` on its envs hosted here concurrently, on the running loop."""

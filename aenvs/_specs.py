@@ -179,16 +179,15 @@ def action_reader(
 
     Built once per env, so that a step pays no dispatch on the space's type. ``Discrete``
     and ``MultiDiscrete`` actions are stored as int64 whatever their space's dtype; the
-    env gets them back in that dtype (a ``Discrete`` of the default int64 as a python
-    ``int``, others as the dtype's numpy scalar, as gymnasium's vector envs hand them
-    over), so that ``action in env.action_space`` holds. A value the dtype cannot hold
+    env gets them back in that dtype (a ``Discrete`` action as the dtype's numpy scalar,
+    as gymnasium's vector envs hand them over), so that ``action in env.action_space`` holds. A value the dtype cannot hold
     stays int64 (the env's own check then refuses it) instead of wrapping around into
     another, valid-looking action.
 
     Example:
         >>> read = action_reader(spaces.Discrete(3), {("action",): np.array([2, 0])})
         >>> read(0)
-        2
+        np.int64(2)
         >>> read = action_reader(spaces.Discrete(3, dtype=np.int8), {("action",): np.array([2, 0])})
         >>> read(0)
         np.int8(2)
@@ -213,7 +212,7 @@ def action_reader(
         if dtype != buf.dtype:
             return _integer_reader(buf, dtype, isinstance(space, spaces.Discrete))
     if isinstance(space, spaces.Discrete):
-        return lambda row: int(buf[row])
+        return buf.__getitem__  # a numpy int64 scalar, as gymnasium's vector envs hand it over
     # a copy: the row is overwritten by the next send, and envs may keep what they get
     return lambda row: buf[row].copy()
 

@@ -43,6 +43,11 @@ class GymAdapter:
         # built once: raises here (the env's "make") if a wrapper cannot run around a coroutine env
         self._async_step = lifted(env, "step") if self.is_async else None
         self._async_reset = lifted(env, "reset") if self.is_async else None
+        #: where a plain env's array observation goes (its one entry): the runner then steps
+        #: it through :meth:`step_result` and writes the observation itself; None otherwise
+        self.array_observation: Key | None = None
+        if not self.is_async and isinstance(self._obs_space, gym.spaces.Box):
+            self.array_observation = self._obs_root
 
     def _items(self, obs: Any) -> list[tuple[Key, Any]]:
         if self._flat_obs:
@@ -82,6 +87,20 @@ class GymAdapter:
         except TypeError:
             raise _not_a_result(self.env, "step", out) from None
         return Outcome(self._items(obs), reward_value(reward), bool(terminated), bool(truncated), info)
+
+    def step_result(self, actions: Mapping[Key, np.ndarray], row: int) -> tuple[Any, Any, Any, Any, Any]:
+        """A plain env's ``env.step`` 5-tuple for the action of ``row``, not laid out yet."""
+        if self._actions is not actions:
+            self._read_action = action_reader(self._action_space, actions)
+            self._actions = actions
+        out = self.env.step(self._read_action(row))
+        if type(out) is not tuple or len(out) != 5:  # pyright: ignore[reportUnknownArgumentType]
+            try:
+                obs, reward, terminated, truncated, info = out
+            except TypeError:
+                raise _not_a_result(self.env, "step", out) from None
+            return obs, reward, terminated, truncated, info
+        return out  # pyright: ignore[reportUnknownVariableType]
 
     def seed(self, seed: int | None) -> Any:
         if self._async_reset is not None:

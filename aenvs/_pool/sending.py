@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from aenvs._batching import Batcher, shallow_copy
 from aenvs._commands import TRANSITIONS, Command, CommandKind
@@ -22,7 +22,7 @@ from aenvs._pool.restarts import RestartSupervisor
 from aenvs._pool.slots import SlotTable
 from aenvs._seeding import seed_chain
 from aenvs._specs import EnvSpec, Key
-from aenvs._tensors import td_get, td_unchecked
+from aenvs._tensors import root_entries, td_get, td_unchecked
 from aenvs.executors import Executor
 
 __all__ = ["TD_ENV_INDEX", "EnvIndex", "Seed", "Sender", "member_index"]
@@ -42,7 +42,7 @@ def member_index(td: TensorDictBase) -> Any:
         >>> member_index(td).tolist()
         [2, 0]
     """
-    value = td_get(td, "env_index")
+    value = root_entries(td).get("env_index") if type(td) is TensorDict else td_get(td, "env_index")
     if isinstance(value, torch.Tensor) and value.dim() > 1 and td.batch_dims > 1:
         return value.flatten(1)[:, 0]
     return value
@@ -146,7 +146,7 @@ class Sender:
                     f"pass env_index= or a batch of {self.num_envs}"
                 )
             indices = self.all_envs
-        if td is not None and tuple(td.batch_size[:1]) != (len(indices),):
+        if td is not None and (not (batch := td.batch_size) or batch[0] != len(indices)):
             raise ValueError(
                 f"the input has batch size {tuple(td.batch_size)} for {len(indices)} env indices"
             )
@@ -205,9 +205,9 @@ class Sender:
         if not isinstance(given, TensorDictBase):
             raise TypeError(f"expected a TensorDict of actions, got {type(given).__name__}")
         indices = self.targets(td, env_index)
-        batcher.check_actions(td, indices)
+        checked = batcher.check_actions(td, indices)
         objects = batcher.objects.read(td, indices)  # None unless some action is not a tensor
-        batcher.write_actions(td, indices)
+        batcher.write_actions(td, indices, checked)
         # later key changes by the caller do not reach the results
         self._slots.keep_inputs(shallow_copy(td), indices)
         self.dispatch(Command(kind, indices, object_actions=objects))
@@ -225,9 +225,9 @@ class Sender:
                 put(tensors, path, value)
         indices = self.targets(None, env_index)
         td = td_unchecked(tensors, torch.Size([len(indices)]))
-        batcher.check_actions(td, indices)
+        checked = batcher.check_actions(td, indices)
         objects = batcher.objects.read(td, indices, columns)
-        batcher.write_actions(td, indices)
+        batcher.write_actions(td, indices, checked)
         self._slots.keep_inputs(td, indices)
         self.dispatch(Command(kind, indices, object_actions=objects))
         return indices

@@ -88,6 +88,8 @@ class SlotTable:
         """Raise EnvBusyError for the first env of ``indices`` with a command in flight or a
         result (or answer) not yet received."""
         pending, ready, answers, orphans = self.pending, self.ready, self.answers, self.orphans
+        if not self.in_flight and not ready and not answers and not orphans:
+            return  # every env is free (the usual lockstep send)
         for i in indices:
             if pending[i] is not None or i in ready or i in answers or i in orphans:
                 raise EnvBusyError(i)
@@ -95,19 +97,22 @@ class SlotTable:
     def sent(self, kind: CommandKind, indices: Sequence[int], now: float) -> None:
         """A command of ``kind`` went to ``indices`` at time ``now``."""
         pending, sent_at = self.pending, self.sent_at
+        self.in_flight += len(indices)
+        if kind not in TRANSITIONS:
+            for i in indices:
+                pending[i] = kind
+                sent_at[i] = now
+            return
+        self.outstanding[kind] += len(indices)
+        taken, waits, counts = self.taken_at, self.policy_wait.ring, self.policy_wait.counts
         for i in indices:
             pending[i] = kind
             sent_at[i] = now
-        self.in_flight += len(indices)
-        if kind in TRANSITIONS:
-            self.outstanding[kind] += len(indices)
-            taken, waits, counts = self.taken_at, self.policy_wait.ring, self.policy_wait.counts
-            for i in indices:
-                t = taken[i]
-                if t:  # a sample in env i's window (LatencyWindows.add, inline)
-                    n = counts[i]
-                    waits[(i << SHIFT) | (n & MASK)] = now - t
-                    counts[i] = n + 1
+            t = taken[i]
+            if t:  # a sample in env i's window (LatencyWindows.add, inline)
+                n = counts[i]
+                waits[(i << SHIFT) | (n & MASK)] = now - t
+                counts[i] = n + 1
 
     def withdraw(self, kind: CommandKind, indices: Sequence[int]) -> None:
         """The ``kind`` command sent to ``indices`` never went out (held when the pool closed)."""

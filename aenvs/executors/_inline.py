@@ -27,7 +27,7 @@ from typing import Any
 from aenvs._buffers import Buffers
 from aenvs._commands import Command, Completion, RemoteError
 from aenvs._env import EnvFn
-from aenvs._runner import EnvRunner, drive
+from aenvs._runner import EnvRunner
 from aenvs._specs import EnvSpec
 from aenvs.executors._base import Capabilities, Executor
 
@@ -94,6 +94,7 @@ class InlineExecutor(Executor):
         self._runner: EnvRunner | None = None
         self._envs: dict[int, _CoroutineEnv] = {}  # coroutine envs, once they got a command
         self._is_async: list[bool] = []  # per env, looked up on every submit
+        self._all_plain = False  # no env is async: a command only queues
         self._aborted: set[int] = set()
         self._cancelled: dict[int, asyncio.Task[None]] = {}  # aborted envs' tasks, awaited before a rebuild
         self._closing = False
@@ -121,9 +122,14 @@ class InlineExecutor(Executor):
         runner.close_timeout = self.close_timeout
         self._runner = runner
         self._is_async = [runner.is_async(i) for i in range(len(env_fns))]
+        self._all_plain = not any(self._is_async)
         return specs
 
     def submit(self, command: Command) -> None:
+        if self._all_plain:  # nothing to start now: the commands run at the loop's next turn
+            self._plain.append(command)
+            self._schedule_plain()
+            return
         runner, loop = self._runner, self._loop
         assert runner is not None and loop is not None
         plain: list[int] = []
@@ -270,10 +276,15 @@ class InlineExecutor(Executor):
     def flush(self) -> None:
         """Run the plain envs' commands now rather than at the loop's next turn."""
         if self._plain:
-            self._run_queued()
+            self._run_plain_commands()
 
     def _run_queued(self) -> None:
+        # only this callback clears the flag: a loop that never yields between a send and
+        # the receive that flushes it (lockstep) then keeps one callback pending, not one per send
         self._plain_scheduled = False
+        self._run_plain_commands()
+
+    def _run_plain_commands(self) -> None:
         runner = self._runner
         while self._plain and runner is not None:
             self._run_plain(runner, self._plain.popleft())
@@ -292,11 +303,11 @@ class InlineExecutor(Executor):
         indices = command.env_indices
         for n, i in enumerate(indices):
             try:
-                completion = drive(runner.execute_one(i, command))
+                completion = runner.run_now(i, command)
             except BaseException as exc:  # not one the runner answers (a plain env raising CancelledError)
                 completion = Completion(i, command.kind, error=RemoteError.capture(exc))
             done.append(completion)
-            if _is_interrupt(completion):
+            if completion.error is not None and _is_interrupt(completion):
                 self._interrupt = _interrupt_for(completion)
                 if n + 1 < len(indices):
                     self._plain.appendleft(command.subset(indices[n + 1 :]))

@@ -102,6 +102,39 @@ async def test_discrete_actions_reach_the_env_in_the_space_dtype(make_pool, spac
         assert torch.equal(out["next", "observation"], flat_actions(td))
 
 
+class ActionTypeEnv(gym.Env):
+    """Keeps the type of the last action it got (``last_action_type``)."""
+
+    metadata: ClassVar[dict[str, Any]] = {}
+    observation_space = spaces.Box(-1, 1, (1,), np.float32)
+    action_space = spaces.Discrete(3)
+
+    def __init__(self) -> None:
+        self.last_action_type = ""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self.last_action_type = f"{type(action).__module__}.{type(action).__qualname__}"
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+async def test_a_discrete_action_reaches_the_env_as_gymnasium_vector_envs_hand_it(make_pool) -> None:
+    """A numpy scalar, not a Python int: what gymnasium's vector envs give an env's step."""
+    reference = gym.vector.SyncVectorEnv([ActionTypeEnv] * 2)
+    reference.reset(seed=0)
+    reference.step(np.array([1, 2]))
+    expected = list(reference.get_attr("last_action_type"))
+    reference.close()
+    pool = await make_pool([ActionTypeEnv] * 2)
+    td = await pool.reset()
+    td["action"] = torch.tensor([1, 2])
+    await pool.step(td)
+    assert await pool.get_attr("last_action_type") == expected == ["numpy.int64"] * 2
+
+
 def test_an_action_the_dtype_cannot_hold_is_not_wrapped_around() -> None:
     """300 as int8 would be 44, a valid action: the env gets the value as sent and refuses it."""
     space = spaces.Dict(
