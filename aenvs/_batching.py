@@ -72,12 +72,21 @@ class Batcher:
         timed_out: give every step result a ``("next", "timed_out")`` flag (bool, ``[1]``),
             True for the steps a timeout ended (their Completion's value is a
             :class:`TimedOutStep`).
+        copy: False: the step results (under ``"next"``) of a dense batch of every env in
+            order are views of the step buffers (the pool's ``copy_results=False``).
     """
 
     def __init__(
-        self, specs: Sequence[EnvSpec], buffers: Buffers, dense: bool, timed_out: bool = False
+        self,
+        specs: Sequence[EnvSpec],
+        buffers: Buffers,
+        dense: bool,
+        timed_out: bool = False,
+        *,
+        copy: bool = True,
     ) -> None:
         self.specs = specs
+        self.copy = copy
         self.dense = dense
         self.timed_out = timed_out
         self._location = buffers.location
@@ -108,6 +117,13 @@ class Batcher:
             for plan in self._dense_plan
         )
         self._arange_np = np.arange(len(specs), dtype=np.int64)
+        # copy=False: each step buffer's tensor view, made once, nested as the batch is (a
+        # timeout's truncated step writes into its batch: copies then)
+        self._step_views: dict[str, Any] | None = None
+        if not copy and not timed_out:
+            self._step_views = {}
+            for key, buf in self._dense_plan[1]:
+                put(self._step_views, key, from_numpy(buf))
         self._dense_actions = [
             (k, self._groups[0][2][k], a) for k, a in buffers.groups[0].action.items() if a.dtype != OBJECT
         ]
@@ -223,6 +239,8 @@ class Batcher:
     def _dense_source(self, rows: npt.NDArray[np.int64] | None, which: int) -> dict[str, Any]:
         """Copies of the buffer ``rows`` (None: all, in order) as nested tensors (``which``
         0: reset buffers, 1: step buffers)."""
+        if rows is None and which == 1 and self._step_views is not None:
+            return _fresh_dicts(self._step_views)  # the caller may add entries to its dicts
         flat = self._flat_plan[which]
         if flat is not None:
             if rows is None:
@@ -413,6 +431,11 @@ class Batcher:
 
 
 _PLAIN = frozenset({str, bytes, int, float, bool, type(None)})
+
+
+def _fresh_dicts(tree: dict[str, Any]) -> dict[str, Any]:
+    """``tree`` with new dicts and the same leaves."""
+    return {k: _fresh_dicts(v) if type(v) is dict else v for k, v in tree.items()}  # pyright: ignore[reportUnknownArgumentType]
 
 
 def _flat(extras: Mapping[Key, Any]) -> dict[Key, Any]:

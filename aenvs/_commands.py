@@ -9,7 +9,7 @@ from typing import Any
 
 from aenvs._errors import EnvCrashedError, EnvError, EnvTimeoutError
 
-__all__ = ["TRANSITIONS", "Command", "CommandKind", "Completion", "RemoteError"]
+__all__ = ["TRANSITIONS", "Command", "CommandKind", "Completion", "RemoteError", "pack", "unpack"]
 
 
 class CommandKind(enum.Enum):
@@ -168,3 +168,47 @@ class Completion:
 
 
 _COMPLETION_DEFAULTS = (None, None, None, None, None, False, False, None)
+
+#: a worker's answer to a command in one piece: (kind, env indices, done flags, was_reset flags)
+Packed = tuple[CommandKind, list[int], bytes, bytes]
+
+
+def pack(completions: list[Completion]) -> list[Completion] | Packed:
+    """``completions`` as one small record when they are all plain results of one kind (no
+    error, extra entries or value: every step of most envs), else as they are; what a worker
+    sends for a command, so that neither side pickles a Completion per env.
+
+    Example:
+        >>> done = [Completion(0, CommandKind.STEP, done=True), Completion(1, CommandKind.STEP)]
+        >>> unpack(pack(done)) == done
+        True
+    """
+    if not completions:
+        return completions
+    kind = completions[0].kind
+    for c in completions:
+        if (
+            c.kind is not kind
+            or c.error is not None
+            or c.extras is not None
+            or c.reset_extras is not None
+            or c.value is not None
+        ):
+            return completions
+    return (
+        kind,
+        [c.env_index for c in completions],
+        bytes([c.done for c in completions]),
+        bytes([c.was_reset for c in completions]),
+    )
+
+
+def unpack(message: list[Completion] | Packed) -> list[Completion]:
+    """The completions :func:`pack` made ``message`` of."""
+    if isinstance(message, list):
+        return message
+    kind, indices, done, was_reset = message
+    return [
+        Completion(i, kind, None, None, None, d == 1, r == 1)
+        for i, d, r in zip(indices, done, was_reset, strict=True)
+    ]

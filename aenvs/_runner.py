@@ -71,6 +71,13 @@ class _Slot:
         self.closed = True
         return self.adapter.close()
 
+    def write_scalars(self, reward: float, terminated: bool, truncated: bool, done: bool) -> None:
+        """A step's reward and flags, into their rows."""
+        self.reward[0] = reward  # pyright: ignore[reportOptionalSubscript] - attached with the rows
+        self.terminated[0] = terminated  # pyright: ignore[reportOptionalSubscript]
+        self.truncated[0] = truncated  # pyright: ignore[reportOptionalSubscript]
+        self.done[0] = done  # pyright: ignore[reportOptionalSubscript]
+
     def attach(self, rows: EnvRows) -> None:
         self.rows = rows
         step = rows.step
@@ -200,10 +207,7 @@ class EnvRunner:
             reward, terminated, truncated = reward_value(reward), bool(terminated), bool(truncated)
             done = terminated or truncated
             view[...] = obs
-            slot.reward[0] = reward  # pyright: ignore[reportOptionalSubscript] - attached with the rows
-            slot.terminated[0] = terminated  # pyright: ignore[reportOptionalSubscript]
-            slot.truncated[0] = truncated  # pyright: ignore[reportOptionalSubscript]
-            slot.done[0] = done  # pyright: ignore[reportOptionalSubscript]
+            slot.write_scalars(reward, terminated, truncated, done)
             extras = _with_info(None, info) if info else None
         else:  # not the array the space says: the general path, and its errors
             out = slot.adapter.outcome((obs, reward, terminated, truncated, info), True)
@@ -370,10 +374,7 @@ class EnvRunner:
         reward, terminated = reward_value(out["reward"]), bool(out["terminated"])
         done = terminated or truncated
         view[...] = value
-        slot.reward[0] = reward  # pyright: ignore[reportOptionalSubscript] - attached with the rows
-        slot.terminated[0] = terminated  # pyright: ignore[reportOptionalSubscript]
-        slot.truncated[0] = truncated  # pyright: ignore[reportOptionalSubscript]
-        slot.done[0] = done  # pyright: ignore[reportOptionalSubscript]
+        slot.write_scalars(reward, terminated, truncated, done)
         return done
 
     def _write_reset(self, slot: _Slot, out: Outcome) -> dict[Key, Any] | None:
@@ -384,14 +385,10 @@ class EnvRunner:
         return _with_info(extras, out.info)
 
     def _write_step(self, slot: _Slot, out: Outcome, done: bool) -> dict[Key, Any] | None:
-        assert slot.rows is not None and slot.reward is not None and slot.done is not None
-        assert slot.terminated is not None and slot.truncated is not None
+        assert slot.rows is not None
         items, reward, terminated, truncated, info = out
         extras = self._write(slot.rows.step, items)
-        slot.reward[0] = reward
-        slot.terminated[0] = terminated
-        slot.truncated[0] = truncated
-        slot.done[0] = done
+        slot.write_scalars(reward, terminated, truncated, done)
         return _with_info(extras, info) if info else extras
 
     # -- closing: each env exactly once, whatever path gets there first ----------------

@@ -76,6 +76,8 @@ class BatchedEnv:
         check_finite: make a result with NaN or inf an EnvError for its env.
         max_concurrency: at most this many envs run a reset or step at once.
         rate_limit: a :class:`~aenvs.RateLimit` each env's reset or step takes a token from.
+        copy_results: False: a whole-batch step's entries under ``"next"`` are views of the
+            pool's buffers, overwritten by the next step (see the pool's ``copy_results``).
 
     Not thread-safe: call one env from one thread at a time.
     """
@@ -107,6 +109,7 @@ class BatchedEnv:
         check_finite: bool = False,
         max_concurrency: int | None = None,
         rate_limit: RateLimit | None = None,
+        copy_results: bool = True,
         **torchrl_options: Any,
     ) -> None:
         check_options(type(self).__name__, torchrl_options, device)
@@ -130,6 +133,7 @@ class BatchedEnv:
             check_finite=check_finite,
             max_concurrency=max_concurrency,
             rate_limit=rate_limit,
+            copy_results=copy_results,
         )
         self._driver: LoopDriver = make_driver(loop, loop_factory=loop_factory)
         try:

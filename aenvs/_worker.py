@@ -27,7 +27,7 @@ from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from typing import Any
 
-from aenvs._commands import Completion, RemoteError
+from aenvs._commands import Completion, RemoteError, pack
 from aenvs._errors import EnvError
 from aenvs._runner import EnvRunner
 from aenvs._shm import SharedArena
@@ -76,7 +76,7 @@ def _send(conn: Connection, completions: list[Completion]) -> None:
     # Plain pickle, not the Connection's ForkingPickler: torch registers reductions there
     # that would send tensors through a resource sharer instead of by value.
     try:
-        data = pickle.dumps(completions, protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(pack(completions), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # an env returned something that cannot travel: its result becomes an error
         error = RemoteError.capture(exc)
         data = pickle.dumps([Completion(c.env_index, c.kind, error=error) for c in completions])

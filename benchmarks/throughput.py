@@ -7,8 +7,16 @@ Random actions (drawn from a pre-generated pool), auto-reset, env steps per seco
   so single-threaded in every process), Discrete(2) actions, an 8-float observation,
   N = 2, 8, 32;
 - pixels: uint8 4x84x84 observations, cheap steps, N = 8, 32;
+- vector: gymnasium's vector API on CartPole-v1, N = 4, 16: ``envs.step`` of
+  ``aenvs.gymnasium.AsyncVectorEnv`` on each executor beside gymnasium's own vector envs
+  (``us_per_call``: microseconds per ``envs.step``);
 - startup: seconds from constructing 8 worker processes (CartPole-v1) to the first reset,
   and the workers' unique memory (USS).
+
+References, per workload: one env stepped in a plain Python loop ("bare loop (1 env)"), and
+that rate times the cores ("bound"). Every row has the CPU of this process and its
+descendants per env step (``cpu_us_per_step``) and that minus the bare loop's
+(``own_cpu_us_per_step``): what the pool or peer itself spends per env step.
 
 Systems:
 
@@ -212,7 +220,13 @@ class Row:
     n: int
     steps_per_s: float
     foreign_cores: float  # cores busy outside this benchmark's processes meanwhile (shared machines)
+    # CPU of this process and its descendants (workers, zygote) per env step over the window
+    cpu_us_per_step: float | None = None
     startup_s: float | None = None
+    # cpu_us_per_step minus the bare loop's (one env stepped in a plain Python loop): what the
+    # pool (or peer) itself spends per env step, on every core together
+    own_cpu_us_per_step: float | None = None
+    us_per_call: float | None = None  # the vector workload: microseconds per envs.step
 
 
 @dataclass
@@ -263,21 +277,28 @@ def foreign_cores(start: tuple[float, float, float]) -> float:
     return max(0.0, ((end[1] - start[1]) - (end[2] - start[2])) / (end[0] - start[0]))
 
 
+def _measured(steps: int, elapsed: float, start: tuple[float, float, float]) -> tuple[float, float, float]:
+    """(steps/s, foreign cores, our CPU us per step) of a window that began at ``start``."""
+    ours = cpu_sample()[2] - start[2]
+    return steps / elapsed, foreign_cores(start), 1e6 * ours / max(steps, 1)
+
+
 def run_for(
     step: Callable[[], int], duration: float, warmup: float, attempts: int = ATTEMPTS
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     """Env steps per second of ``step`` (which returns the env steps it took) over ``duration``,
-    and the cores other jobs used meanwhile; measured again (up to ``attempts``) while they are busy."""
+    the cores other jobs used meanwhile and our CPU microseconds per env step; measured again
+    (up to ``attempts``) while other jobs are busy."""
     end = time.perf_counter() + warmup
     while time.perf_counter() < end:
         step()
-    best = (0.0, float("inf"))
+    best = (0.0, float("inf"), 0.0)
     for _ in range(attempts):
         steps, start = 0, cpu_sample()
         t0 = time.perf_counter()
         while (now := time.perf_counter()) - t0 < duration:
             steps += step()
-        best = min(best, (steps / (now - t0), foreign_cores(start)), key=lambda m: m[1])
+        best = min(best, _measured(steps, now - t0, start), key=lambda m: m[1])
         if best[1] < QUIET:
             break
     return best
@@ -285,17 +306,17 @@ def run_for(
 
 async def arun_for(
     step: Callable[[], Awaitable[int]], duration: float, warmup: float, attempts: int = ATTEMPTS
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     end = time.perf_counter() + warmup
     while time.perf_counter() < end:
         await step()
-    best = (0.0, float("inf"))
+    best = (0.0, float("inf"), 0.0)
     for _ in range(attempts):
         steps, start = 0, cpu_sample()
         t0 = time.perf_counter()
         while (now := time.perf_counter()) - t0 < duration:
             steps += await step()
-        best = min(best, (steps / (now - t0), foreign_cores(start)), key=lambda m: m[1])
+        best = min(best, _measured(steps, now - t0, start), key=lambda m: m[1])
         if best[1] < QUIET:
             break
     return best
@@ -340,8 +361,8 @@ async def aenvs_rows(workload: str, rounds: int, n: int, n_actions: int, run: Ru
                 _, td = await pool.step_and_maybe_reset(td)
                 return n
 
-            sps, foreign = await arun_for(lockstep, run.duration, run.warmup, run.attempts)
-            rows.append(Row(workload, f"aenvs {name} lockstep", n, sps, foreign, startup))
+            measured = await arun_for(lockstep, run.duration, run.warmup, run.attempts)
+            rows.append(Row(workload, f"aenvs {name} lockstep", n, *measured, startup))
             if name == "inline":
                 continue
             td["action"] = actions[0]
@@ -356,10 +377,100 @@ async def aenvs_rows(workload: str, rounds: int, n: int, n_actions: int, run: Ru
                 await pool.async_step_and_maybe_reset_send(ready)
                 return got
 
-            sps, foreign = await arun_for(overlapped, run.duration, run.warmup, run.attempts)
-            rows.append(Row(workload, f"aenvs {name} overlapped", n, sps, foreign, startup))
+            measured = await arun_for(overlapped, run.duration, run.warmup, run.attempts)
+            rows.append(Row(workload, f"aenvs {name} overlapped", n, *measured, startup))
             await pool.async_step_and_maybe_reset_recv(min_get=n)
     return rows
+
+
+# -- references ----------------------------------------------------------------------------------
+
+BARE = "bare loop (1 env)"
+BOUND = f"bare loop x {CPUS} cores (bound)"
+
+
+def bare_rows(workload: str, rounds: int, sizes: Sequence[int], n_actions: int, run: Run) -> list[Row]:
+    """One env stepped in a plain Python loop (random actions, auto-reset): what an env step
+    costs by itself, and that rate times the cores, the machine's bound; one row per N (the
+    same measurement) so that they read beside the pools'."""
+    env = make_env(workload, rounds)
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    actions = [np.int64(a) for a in rng.integers(0, n_actions, ACTION_POOL)]
+    k = 0
+
+    def step() -> int:
+        nonlocal k
+        for _ in range(16):
+            _, _, terminated, truncated, _ = env.step(actions[k % ACTION_POOL])
+            k += 1
+            if terminated or truncated:
+                env.reset()
+        return 16
+
+    sps, foreign, cpu = run_for(step, run.duration, run.warmup, run.attempts)
+    env.close()
+    rows = [Row(workload, BARE, n, sps, foreign, cpu) for n in sizes]
+    return rows + [Row(workload, BOUND, n, sps * CPUS, foreign) for n in sizes]
+
+
+def vector_rows(sizes: Sequence[int], run: Run, peers: set[str]) -> list[Row]:
+    """gymnasium's vector API on CartPole-v1: ``envs.step`` of aenvs's AsyncVectorEnv on each
+    executor beside gymnasium's own vector envs (as CleanRL's scripts call it)."""
+    from aenvs.gymnasium import AsyncVectorEnv
+
+    env_fn = functools.partial(gym.make, "CartPole-v1")
+    rows: list[Row] = []
+    for n in sizes:
+        factories: list[tuple[str, Callable[[], gym.vector.VectorEnv]]] = [
+            (f"aenvs.gymnasium {name}", functools.partial(AsyncVectorEnv, [env_fn] * n, executor=name))
+            for name in ("inline", "thread", "process")
+        ]
+        if "gymnasium" in peers:
+            factories += [
+                ("gymnasium SyncVectorEnv", functools.partial(gym.vector.SyncVectorEnv, [env_fn] * n)),
+                (
+                    "gymnasium AsyncVectorEnv",
+                    functools.partial(
+                        gym.vector.AsyncVectorEnv, [env_fn] * n, shared_memory=True, context="fork"
+                    ),
+                ),
+            ]
+        rng = np.random.default_rng(0)
+        actions = [rng.integers(0, 2, n) for _ in range(ACTION_POOL)]
+        for name, factory in factories:
+            envs = factory()
+            try:
+                envs.reset(seed=0)
+                sps, foreign, cpu = run_for(
+                    _vector_stepper(envs, actions), run.duration, run.warmup, run.attempts
+                )
+                rows.append(Row("vector", name, n, sps, foreign, cpu, us_per_call=1e6 * n / sps))
+            finally:
+                envs.close()
+    return rows
+
+
+def _vector_stepper(envs: gym.vector.VectorEnv, actions: list[np.ndarray]) -> Callable[[], int]:
+    k = 0
+
+    def step() -> int:
+        nonlocal k
+        envs.step(actions[k % ACTION_POOL])
+        k += 1
+        return envs.num_envs
+
+    return step
+
+
+def own_cpu(rows: list[Row]) -> None:
+    """Fill each row's ``own_cpu_us_per_step``: its CPU per env step minus the bare loop's."""
+    bare = {r.workload: r.cpu_us_per_step for r in rows if r.system == BARE}
+    bare["vector"] = bare.get("cartpole")
+    for row in rows:
+        reference = bare.get(row.workload)
+        if row.system not in (BARE, BOUND) and reference is not None and row.cpu_us_per_step is not None:
+            row.own_cpu_us_per_step = row.cpu_us_per_step - reference
 
 
 # -- peers -------------------------------------------------------------------------------------
@@ -551,7 +662,8 @@ def tables(run: Run, meta: dict[str, Any]) -> str:
         f"† other jobs on the machine used >= {QUIET} cores during that cell (after {run.attempts} attempts).",
         "",
     ]
-    for workload, (title, sizes, _) in WORKLOADS.items():
+    vector = ("gymnasium vector API, CartPole-v1 (envs.step)", VECTOR_SIZES, 2)
+    for workload, (title, sizes, _) in {**WORKLOADS, "vector": vector}.items():
         rows = [r for r in run.rows if r.workload == workload]
         if not rows:
             continue
@@ -638,6 +750,7 @@ def targets(run: Run, meta: dict[str, Any]) -> list[str]:
                     ours.steps_per_s >= best.steps_per_s,
                 )
             )
+    checks += hot_path_targets(run.rows)
     if (r := ratio("pixels", "gymnasium AsyncVectorEnv")) is not None:
         checks.append(("Large obs N=8: >= 1.5x gymnasium AsyncVectorEnv (shm)", f"{r:.2f}x", r >= 1.5))
     by_name = {s.system: s for s in run.startup}
@@ -664,6 +777,59 @@ def targets(run: Run, meta: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def hot_path_targets(rows: list[Row]) -> list[tuple[str, str, bool]]:
+    """The pool's own cost (issue #21): each target and what ``rows`` measured."""
+    checks: list[tuple[str, str, bool]] = []
+
+    def sps(workload: str, system: str, n: int) -> float | None:
+        row = find(rows, workload, system, n)
+        return None if row is None else row.steps_per_s
+
+    def process(n: int) -> float | None:
+        rates = [r for s in ("lockstep", "overlapped") if (r := sps("cartpole", f"aenvs process {s}", n))]
+        return max(rates) if rates else None
+
+    def check(what: str, ours: float | None, theirs: float | None, goal: float) -> None:
+        if ours is not None and theirs:
+            checks.append((what, f"{ours / theirs:.2f}x", ours / theirs >= goal))
+
+    check(
+        "CartPole N=8: aenvs inline lockstep >= 0.7x gymnasium SyncVectorEnv",
+        sps("cartpole", "aenvs inline lockstep", 8),
+        sps("cartpole", "gymnasium SyncVectorEnv", 8),
+        0.7,
+    )
+    check("CartPole N=32: aenvs process >= 0.5x the bound", process(32), sps("cartpole", BOUND, 32), 0.5)
+    async_ = "gymnasium AsyncVectorEnv"
+    check(f"CartPole N=32: aenvs process >= 5x {async_}", process(32), sps("cartpole", async_, 32), 5)
+    check("CartPole N=32: aenvs process >= 0.25x envpool", process(32), sps("cartpole", "envpool", 32), 0.25)
+    check(f"CartPole N=8: aenvs process >= 3x {async_}", process(8), sps("cartpole", async_, 8), 3)
+    for n in VECTOR_SIZES:
+        # envs.step time: at most half of gymnasium async's, at most twice gymnasium sync's
+        check(
+            f"vector API N={n}: aenvs process envs.step <= 0.5x {async_}'s",
+            sps("vector", "aenvs.gymnasium process", n),
+            None if (r := sps("vector", async_, n)) is None else 2 * r,
+            1,
+        )
+        check(
+            f"vector API N={n}: aenvs inline envs.step <= 2x gymnasium SyncVectorEnv's",
+            sps("vector", "aenvs.gymnasium inline", n),
+            None if (r := sps("vector", "gymnasium SyncVectorEnv", n)) is None else r / 2,
+            1,
+        )
+    own = find(rows, "cartpole", "aenvs inline lockstep", 32)
+    if own is not None and own.own_cpu_us_per_step is not None:
+        checks.append(
+            (
+                "CartPole N=32: aenvs inline lockstep's own CPU <= 2 us per env step",
+                f"{own.own_cpu_us_per_step:.1f} us",
+                own.own_cpu_us_per_step <= 2,
+            )
+        )
+    return checks
+
+
 # -- main -----------------------------------------------------------------------------------------
 
 
@@ -677,7 +843,8 @@ def versions() -> str:
     return ", ".join(out)
 
 
-SECTIONS = ("cartpole", "cpu", "pixels", "startup")
+SECTIONS = ("cartpole", "cpu", "pixels", "vector", "startup")
+VECTOR_SIZES = (4, 16)
 PEERS: tuple[str, ...] = ("gymnasium", "torchrl", "envpool")
 
 
@@ -731,6 +898,8 @@ def measure_run(
     for workload, (_, workload_sizes, n_actions) in WORKLOADS.items():
         if workload not in only:
             continue
+        chosen = [n for n in workload_sizes if sizes is None or n in sizes]
+        run.rows += bare_rows(workload, rounds, chosen, n_actions, run)
         for n in workload_sizes:
             if sizes is not None and n not in sizes:
                 continue
@@ -744,6 +913,11 @@ def measure_run(
             if "torchrl" in peers:
                 run.rows += torchrl_rows(workload, rounds, n, run)
             print(f"{workload} N={n} done ({time.perf_counter() - begin:.0f} s)", flush=True)
+    if "vector" in only:
+        chosen = [n for n in VECTOR_SIZES if sizes is None or n in sizes]
+        run.rows += vector_rows(chosen, run, peers)
+        print(f"vector done ({time.perf_counter() - begin:.0f} s)", flush=True)
+    own_cpu(run.rows)
     meta["wall_s"] = time.perf_counter() - begin
     return run, meta
 
@@ -760,6 +934,8 @@ def measure(
     run, _ = measure_run(duration, warmup, only, skip_peers, sizes, attempts)
     for note in run.skipped:
         print(f"left out: {note}", flush=True)
+    for what, got, holds in hot_path_targets(run.rows):
+        print(f"target: {what}: {got} ({'holds' if holds else 'NOT MET'})", flush=True)
     return [*run.rows, *run.startup]
 
 

@@ -54,6 +54,7 @@ class PoolOptions:
     on_timeout: OnTimeout = "raise"
     max_concurrency: int | None = None
     rate_limit: RateLimit | None = None
+    copy_results: bool = True
 
     def __post_init__(self) -> None:
         check_limits(self.max_concurrency, self.rate_limit)

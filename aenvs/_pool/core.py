@@ -86,6 +86,12 @@ class AsyncEnvPool(LoopCalls):
         rate_limit: a :class:`~aenvs.RateLimit` (a token bucket, shareable by pools) each env's
             reset, step or step-and-reset takes a token from at its dispatch. Default: no limit.
             A held command counts as sent; its timeout counts from its dispatch.
+        copy_results: True (default): every result is a batch of its own. False, for loops
+            that use a step's results before the envs' next step (as gymnasium's
+            ``copy=False``): in a step (or step-and-reset) result of the whole pool in env
+            order, the entries under ``"next"`` are views of the pool's buffers, which the
+            envs' next step overwrites, instead of copies. The next step's input (the
+            reset observations of a step-and-reset) and partial batches are still copies.
 
     Example:
         >>> import asyncio, torch
@@ -124,6 +130,7 @@ class AsyncEnvPool(LoopCalls):
         on_timeout: OnTimeout = "raise",
         max_concurrency: int | None = None,
         rate_limit: RateLimit | None = None,
+        copy_results: bool = True,
     ) -> None:
         arguments.check_choices(stack, on_error)
         options = arguments.PoolOptions(
@@ -139,6 +146,7 @@ class AsyncEnvPool(LoopCalls):
             on_timeout=on_timeout,
             max_concurrency=max_concurrency,
             rate_limit=rate_limit,
+            copy_results=copy_results,
         )
         self._env_fns = arguments.env_fns_list(env_fns, num_envs)
         n = len(self._env_fns)

@@ -190,7 +190,13 @@ class PoolParts:
             buffers = self.executor.buffers
             assert buffers is not None
             check_batch_shapes(specs)
-            batcher = Batcher(specs, buffers, is_dense(stack, specs), self.options.truncate)
+            batcher = Batcher(
+                specs,
+                buffers,
+                is_dense(stack, specs),
+                self.options.truncate,
+                copy=self.options.copy_results,
+            )
         except BaseException:
             await self._stop_executor()
             raise

@@ -8,6 +8,7 @@ nothing has been taken yet.
 from __future__ import annotations
 
 import asyncio
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,8 @@ from aenvs._pool.slots import SlotTable
 from aenvs.executors import Executor
 
 __all__ = ["Receiver"]
+
+_BY_ENV = operator.attrgetter("env_index")
 
 
 class Receiver:
@@ -86,7 +89,8 @@ class Receiver:
         wanted = self._indices(env_index)
         slots = self._slots
         if wanted is not None:
-            slots.check_due(kind, wanted)
+            if slots.outstanding[kind] != slots.num_envs:  # else every env has one due
+                slots.check_due(kind, wanted)
             available = len(wanted)
         else:
             available = slots.outstanding[kind]
@@ -116,7 +120,7 @@ class Receiver:
         else:
             slots.consume(kind, picked)
         if wanted is None:
-            picked.sort(key=lambda c: c.env_index)
+            picked.sort(key=_BY_ENV)
         return picked
 
     async def wait_any(self, timeout: float | None) -> None:

@@ -119,6 +119,8 @@ class Sender:
         """The envs ``env_index`` names, checked (None: it names none)."""
         if env_index is None:
             return None
+        if env_index is self.all_envs:  # what a whole-batch send returned, handed back
+            return self.all_envs
         num_envs = self.num_envs
         indices = read_env_index(env_index, num_envs, name)
         if indices == self.all_envs:

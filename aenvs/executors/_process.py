@@ -30,7 +30,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from aenvs._buffers import Buffers
-from aenvs._commands import Command, CommandKind
+from aenvs._commands import Command, CommandKind, unpack
 from aenvs._errors import EnvCrashedError
 from aenvs._shm import SharedArena
 from aenvs._specs import EnvSpec
@@ -186,10 +186,11 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
                 else:
                     worker.built.set_exception(value)
                 return
+            completions = unpack(message)
             in_flight = worker.in_flight
-            for completion in message:
+            for completion in completions:
                 in_flight.pop(completion.env_index, None)
-            self._push(message)
+            self._push(completions)
         except (EOFError, OSError):
             self._lost(worker)
         except Exception as exc:  # a message we cannot read: the worker cannot be trusted any more

@@ -1,0 +1,156 @@
+"""The pool's own cost on the inline lockstep loop, split into its parts, beside gymnasium.
+
+An inline ``AsyncEnvPool`` of N CartPole-v1 envs in the lockstep step-and-reset loop
+(``async_step_and_maybe_reset_send`` then ``_recv``, random actions drawn beforehand),
+timed per batch and split into: the send, the env work (the plain envs' commands, run
+when the receive flushes them: the envs' own steps plus the runner's per-env work), the
+batch built from the buffers, and the rest of the receive. Beside it, in the same process:
+gymnasium's ``SyncVectorEnv`` and one env in a plain Python loop (the env's own cost).
+
+    python benchmarks/hot_path.py [--num-envs 8] [--batches 3000] [--profile tottime]
+
+``--profile`` prints a cProfile of one more pass of the pool's loop, sorted as given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import inspect
+import pstats
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from aenvs import AsyncEnvPool
+
+
+def best_of(repeats: int, run: Callable[[], float]) -> float:
+    return min(run() for _ in range(repeats))
+
+
+def plain_loop_us(steps: int) -> float:
+    """Microseconds per step of one CartPole in a plain loop (auto-reset), numpy actions."""
+    env = gym.make("CartPole-v1")
+    env.reset(seed=0)
+    actions = np.random.default_rng(0).integers(0, 2, steps)
+
+    def run() -> float:
+        t0 = time.perf_counter()
+        for a in actions:
+            _, _, terminated, truncated, _ = env.step(a)
+            if terminated or truncated:
+                env.reset()
+        return (time.perf_counter() - t0) / steps * 1e6
+
+    return best_of(3, run)
+
+
+def sync_vector_us(n: int, batches: int) -> float:
+    """Microseconds per batch of gymnasium's SyncVectorEnv (default autoreset)."""
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n)
+    envs.reset(seed=0)
+    actions = [np.random.randint(0, 2, (n,)) for _ in range(batches)]
+
+    def run() -> float:
+        t0 = time.perf_counter()
+        for a in actions:
+            envs.step(a)
+        return (time.perf_counter() - t0) / batches * 1e6
+
+    try:
+        return best_of(3, run)
+    finally:
+        envs.close()
+
+
+async def pool_parts(n: int, batches: int, copy_results: bool, profile: str | None) -> dict[str, float]:
+    """Microseconds per batch of the pool's loop, whole and by part (best of 3 passes)."""
+    options = {} if copy_results else {"copy_results": False}  # the default: also for older aenvs
+    async with AsyncEnvPool(["CartPole-v1"] * n, executor="inline", **options) as pool:
+        td = await pool.reset(seed=0)
+        actions = [torch.randint(0, 2, (n,)) for _ in range(batches)]
+        parts = {"send": 0.0, "env work": 0.0, "batch": 0.0, "receive": 0.0}
+        executor: Any = pool.executor
+        batcher: Any = pool._batcher  # pyright: ignore[reportPrivateUsage]
+        flush, build = executor.flush, batcher.step_and_reset_batch
+
+        def timed_flush() -> None:
+            t = time.perf_counter()
+            flush()
+            parts["env work"] += time.perf_counter() - t
+
+        def timed_build(*args: Any) -> Any:
+            t = time.perf_counter()
+            out = build(*args)
+            parts["batch"] += time.perf_counter() - t
+            return out
+
+        executor.flush, batcher.step_and_reset_batch = timed_flush, timed_build
+
+        async def one_pass() -> dict[str, float]:
+            nonlocal td
+            for key in parts:
+                parts[key] = 0.0
+            t_start = time.perf_counter()
+            for a in actions:
+                td["action"] = a
+                t0 = time.perf_counter()
+                await pool.async_step_and_maybe_reset_send(td)
+                t1 = time.perf_counter()
+                _, td = await pool.async_step_and_maybe_reset_recv()
+                parts["send"] += t1 - t0
+                parts["receive"] += time.perf_counter() - t1
+            whole = time.perf_counter() - t_start
+            parts["receive"] -= parts["env work"] + parts["batch"]
+            return {"batch total": whole, **parts}
+
+        await one_pass()  # warm-up
+        passes = [await one_pass() for _ in range(3)]
+        best = min(passes, key=lambda p: p["batch total"])
+        if profile:
+            executor.flush, batcher.step_and_reset_batch = flush, build
+            profiler = cProfile.Profile()
+            profiler.enable()
+            await one_pass()
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats(profile).print_stats(30)
+        return {key: value / batches * 1e6 for key, value in best.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--batches", type=int, default=3000)
+    parser.add_argument("--profile", default=None, help="cProfile sort key (tottime, cumulative)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    n, batches = args.num_envs, args.batches
+    env_us = plain_loop_us(batches)
+    sync_us = sync_vector_us(n, batches)
+    print(f"CartPole-v1, N = {n}, {batches} batches, best of 3; microseconds per batch")
+    print(f"  one env in a plain loop: {env_us:.2f} us per step ({n} steps: {n * env_us:.1f})")
+    print(f"  gymnasium SyncVectorEnv: {sync_us:.1f}")
+    modes = (True, False) if "copy_results" in inspect.signature(AsyncEnvPool).parameters else (True,)
+    for copy_results in modes:
+        parts = asyncio.run(pool_parts(n, batches, copy_results, args.profile if copy_results else None))
+        total = parts["batch total"]
+        own = total - n * env_us
+        print(
+            f"  aenvs inline, copy_results={copy_results}: {total:.1f} ({sync_us / total:.2f}x SyncVectorEnv; "
+            f"the pool's own {own:.1f} per batch, {own / n:.2f} per env step)"
+        )
+        print(
+            "    " + ", ".join(f"{key} {value:.1f}" for key, value in parts.items() if key != "batch total")
+        )
+
+
+if __name__ == "__main__":
+    main()
