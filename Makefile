@@ -18,7 +18,7 @@ TORCHRL_VENV := .venv-torchrl
 BENCH_VENV := .venv-bench
 comma := ,
 
-.PHONY: run test lint typecheck pytest pytest-torchrl docs docs-build package bench clean
+.PHONY: run test checks lint typecheck pytest pytest-torchrl docs docs-build package bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,7 +63,13 @@ pytest: $(VENV)/.installed-test
 pytest-torchrl: $(TORCHRL_VENV)/.installed
 	AENVS_REQUIRE_TORCHRL=1 $(TORCHRL_VENV)/bin/python -m pytest -q -m torchrl
 
-test: lint typecheck docs-build package pytest pytest-torchrl
+# the checks run while the TorchRL venv installs (two jobs, each one's output in one piece),
+# then the two test suites
+test:
+	$(MAKE) --no-print-directory -j2 --output-sync=target checks $(TORCHRL_VENV)/.installed
+	$(MAKE) --no-print-directory pytest pytest-torchrl
+
+checks: lint typecheck docs-build package
 
 # the documentation site (mkdocs.yml, docs/), served with live reload at http://127.0.0.1:8000
 docs: $(VENV)/.installed-test
