@@ -210,13 +210,14 @@ class Batcher:
         env_indices: Sequence[int],
         checked: Mapping[Key, torch.Tensor] | None = None,
     ) -> None:
-        """Copy the (checked) actions of ``td`` into the envs' action rows (``checked``: what
+        """Copy the checked actions of ``td`` into the envs' action rows (``checked``: what
         :meth:`check_actions` returned for it)."""
         if self.dense:
             whole = env_indices == self._all_rows
             rows = None if whole else np.array(env_indices, dtype=np.int64)
+            assert checked is not None  # check_actions' values, for a dense pool
             for key, buf, array in self._dense_actions:
-                value: torch.Tensor = checked[key] if checked is not None else td[key]
+                value = checked[key]
                 if value.requires_grad:  # a policy's output: the env needs its value, not its graph
                     value = value.detach()
                 if whole:

@@ -78,6 +78,11 @@ class _Slot:
         self.truncated[0] = truncated  # pyright: ignore[reportOptionalSubscript]
         self.done[0] = done  # pyright: ignore[reportOptionalSubscript]
 
+    def carry_observation(self) -> None:
+        """The next step's observation is this step's (its flags stay False: the episode goes on)."""
+        for reset_row, step_row in self.carry:
+            reset_row[...] = step_row
+
     def attach(self, rows: EnvRows) -> None:
         self.rows = rows
         step = rows.step
@@ -219,8 +224,7 @@ class EnvRunner:
                 completion.reset_extras = self._write_reset(slot, slot.adapter.reset(None, None))
                 completion.was_reset = True
             else:
-                for reset_row, step_row in slot.carry:
-                    reset_row[...] = step_row
+                slot.carry_observation()
                 completion.reset_extras = extras
         return completion
 
@@ -265,9 +269,8 @@ class EnvRunner:
                             out = adapter.outcome(await out, False)
                         completion.reset_extras = self._write_reset(slot, out)
                         completion.was_reset = True
-                    else:  # the next observation is the step's (flags stay False: the episode goes on)
-                        for reset_row, step_row in slot.carry:
-                            reset_row[...] = step_row
+                    else:
+                        slot.carry_observation()
                         completion.reset_extras = completion.extras
                 return completion
             if kind is CommandKind.RESET:

@@ -74,26 +74,23 @@ class GymAdapter:
             raise _not_a_result(self.env, "reset", out) from None
         return Outcome(self._items(obs), info=info)
 
-    def step(self, actions: Mapping[Key, np.ndarray], row: int) -> Any:
-        """An Outcome, or for a coroutine env an awaitable of the 5-tuple of ``env.step``."""
+    def _action(self, actions: Mapping[Key, np.ndarray], row: int) -> Any:
+        """The action of ``row`` as the env's action space expects it."""
         if self._actions is not actions:  # first step: compile the reader for these buffers
             self._read_action = action_reader(self._action_space, actions)
             self._actions = actions
+        return self._read_action(row)
+
+    def step(self, actions: Mapping[Key, np.ndarray], row: int) -> Any:
+        """An Outcome, or for a coroutine env an awaitable of the 5-tuple of ``env.step``."""
         if self._async_step is not None:
-            return self._async_step(self._read_action(row))
-        out = self.env.step(self._read_action(row))
-        try:
-            obs, reward, terminated, truncated, info = out
-        except TypeError:
-            raise _not_a_result(self.env, "step", out) from None
+            return self._async_step(self._action(actions, row))
+        obs, reward, terminated, truncated, info = self.step_result(actions, row)
         return Outcome(self._items(obs), reward_value(reward), bool(terminated), bool(truncated), info)
 
     def step_result(self, actions: Mapping[Key, np.ndarray], row: int) -> tuple[Any, Any, Any, Any, Any]:
         """A plain env's ``env.step`` 5-tuple for the action of ``row``, not laid out yet."""
-        if self._actions is not actions:
-            self._read_action = action_reader(self._action_space, actions)
-            self._actions = actions
-        out = self.env.step(self._read_action(row))
+        out = self.env.step(self._action(actions, row))
         if type(out) is not tuple or len(out) != 5:  # pyright: ignore[reportUnknownArgumentType]
             try:
                 obs, reward, terminated, truncated, info = out
