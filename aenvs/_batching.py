@@ -220,11 +220,15 @@ class Batcher:
                 value = checked[key]
                 if value.requires_grad:  # a policy's output: the env needs its value, not its graph
                     value = value.detach()
-                if whole:
-                    buf.copy_(value)
-                    continue
+                # numpy copies: a torch op releases the GIL, which a loop's thread may then wait
+                # to get back behind every worker thread that wants it
                 view = numpy_view(value)
-                if view is not None:
+                if whole:
+                    if view is not None:
+                        array[...] = view
+                    else:
+                        buf.copy_(value)
+                elif view is not None:
                     array[rows] = view
                 else:
                     buf[from_numpy(cast("npt.NDArray[np.int64]", rows))] = value

@@ -32,6 +32,9 @@ def read_env_index(value: Any, num_envs: int, name: str = "env_index") -> list[i
     """
     if type(value) is torch.Tensor and value.dtype is torch.int64 and value.dim() == 1:
         return value.tolist()  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType] - the usual form
+    plain = _plain_ints(value)
+    if plain is not None:
+        return plain
     if isinstance(value, torch.Tensor):
         if value.dtype is torch.bool:
             return _mask(value.numpy(force=True), value.shape, num_envs, name)
@@ -73,6 +76,15 @@ def read_env_index(value: Any, num_envs: int, name: str = "env_index") -> list[i
             f"{name}[{k}] is {item!r} ({type(cast(object, item)).__name__}): env indices are integers"
         )
     return indices
+
+
+def _plain_ints(value: Any) -> list[int] | None:
+    """A copy of ``value`` if it is a list of Python ints (the other usual form, read in one
+    pass), else None."""
+    if type(value) is not list:
+        return None
+    items = cast("list[Any]", value)
+    return list(items) if all(type(item) is int for item in items) else None
 
 
 def _mask(mask: npt.NDArray[Any], shape: Any, num_envs: int, name: str) -> list[int]:

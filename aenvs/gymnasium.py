@@ -32,9 +32,10 @@ from gymnasium.vector.async_vector_env import AsyncState
 
 from aenvs._adapters.autoreset import build_member, make_from_id
 from aenvs._env import EnvFn
-from aenvs._errors import VectorEnvTimeoutError
+from aenvs._errors import EnvError, VectorEnvTimeoutError
 from aenvs._loop import kill_dropped
 from aenvs._vector.arguments import reset_targets
+from aenvs._vector.collecting import receive_all, receive_all_columns
 from aenvs._vector.conversion import NotABatch, action_writer
 from aenvs._vector.results import Results
 from aenvs._vector.spaces import vector_spaces
@@ -159,7 +160,15 @@ class AsyncVectorEnv(VectorEnv):
             self._close_pool()
             raise
         self._all = list(range(self.num_envs))
-        self._results = Results(self.single_observation_space, self.num_envs, self._add_info)
+        from torch import Tensor  # loaded with the pool's envs
+
+        self._tensor_type = Tensor
+        spec = self._pool.env_specs[0]
+        # a dense pool of one-env members: steps can come back as columns, without a TensorDict
+        columns = (
+            [leaf.key for leaf in spec.step_leaves] if self._pool.is_dense and not spec.batch_shape else []
+        )
+        self._results = Results(self.single_observation_space, self.num_envs, self._add_info, columns)
         self._sent_rows: list[int] | None = None
         self._received: TensorDictBase | None = None
 
@@ -348,8 +357,8 @@ class AsyncVectorEnv(VectorEnv):
         except TimeoutError:
             if timeout is None:
                 raise
-            unanswered = self._driver.run(self._unanswered, rows)
-        raise VectorEnvTimeoutError(call, timeout, unanswered, self.num_envs)
+            late = self._driver.run(self._unanswered, rows)
+        raise VectorEnvTimeoutError(call, timeout, late, self.num_envs)
 
     async def _unanswered(self, rows: list[int]) -> list[int]:
         """The envs of ``rows`` whose result has not arrived."""
@@ -364,27 +373,19 @@ class AsyncVectorEnv(VectorEnv):
     async def _collect(
         self, recv: Callable[..., Any], rows: list[int], timeout: float | None
     ) -> TensorDictBase:
-        """Receive the results of ``rows``; on an env's error, receive the others first.
+        """Receive the results of ``rows`` (on an env's error, the others first).
 
         Kept across an interrupted call (Ctrl-C, timeout): calling the ``*_wait`` method
         again carries on, as the results stay ready in the pool.
         """
-        from aenvs._errors import EnvError
-
         if self._received is not None:
             return self._received
         try:
-            td = await recv(env_index=rows, timeout=timeout)
+            self._received = await receive_all(recv, rows, timeout)
         except EnvError:
-            for i in rows:  # free the other envs for the next command
-                try:
-                    await recv(env_index=[i])
-                except (EnvError, ValueError):
-                    pass
             self._state = AsyncState.DEFAULT
             raise
-        self._received = td
-        return td
+        return self._received
 
     # -- step -------------------------------------------------------------------------------
 
@@ -401,7 +402,13 @@ class AsyncVectorEnv(VectorEnv):
             >>> obs, rewards, terminations, truncations, infos = envs.step(envs.action_space.sample())
             >>> envs.close()
         """
-        td = self._driver.run(self._step, self._prepare_step("step", actions))
+        source = self._prepare_actions("step", actions)
+        if self._results.reads_columns and all(type(v) is self._tensor_type for v in source.values()):
+            # the common case, without building a TensorDict either way
+            columns = self._driver.run(self._step_columns, source)
+            self._state = AsyncState.DEFAULT
+            return self._results.step_columns(columns, self.copy)
+        td = self._driver.run(self._step, self._as_input(source))
         self._state = AsyncState.DEFAULT
         return self._results.step(td, self.copy)
 
@@ -417,8 +424,15 @@ class AsyncVectorEnv(VectorEnv):
         self._driver.run(self._send_step, self._prepare_step("step_async", actions))
 
     def _prepare_step(self, call: str, actions: Any) -> TensorDictBase:
+        return self._as_input(self._prepare_actions(call, actions))
+
+    def _as_input(self, source: dict[str, Any]) -> TensorDictBase:
         from tensordict import TensorDict
 
+        return TensorDict(source, batch_size=[self.num_envs])
+
+    def _prepare_actions(self, call: str, actions: Any) -> dict[str, Any]:
+        """The actions of a step as the entries of its input (checked, before anything is sent)."""
         self._assert_idle(call)
         if self.autoreset_mode is AutoresetMode.DISABLED and self._results.ended.any():
             raise AssertionError(
@@ -431,7 +445,7 @@ class AsyncVectorEnv(VectorEnv):
         except NotABatch as exc:
             who = f"{type(self).__name__}.{call}"
             raise TypeError(exc.describe(who, self.num_envs, self.single_action_space)) from None
-        return TensorDict(source, batch_size=[self.num_envs])
+        return source
 
     async def _send_step(self, td: TensorDictBase) -> None:
         await self._pool.async_step_send(td)
@@ -441,6 +455,20 @@ class AsyncVectorEnv(VectorEnv):
     async def _step(self, td: TensorDictBase) -> TensorDictBase:
         await self._send_step(td)
         return await self._collect(self._pool.async_step_recv, self._all, None)
+
+    async def _step_columns(self, actions: dict[str, Any]) -> dict[tuple[str, ...], Any]:
+        """:meth:`_step` with the actions and results as columns."""
+        await self._pool.async_step_send_columns(self._all, actions)
+        self._received = None
+        self._state = AsyncState.WAITING_STEP
+        try:
+            pool = self._pool
+            return await receive_all_columns(
+                pool.async_step_recv_columns, pool.async_step_recv, self.num_envs
+            )
+        except EnvError:
+            self._state = AsyncState.DEFAULT
+            raise
 
     def step_wait(
         self, timeout: float | None = None

@@ -42,12 +42,16 @@ class Carry:
         return (Carry, (self.info, self.reward))
 
 
+_EXACT = float(2**24)  # every whole number of at most this magnitude is exact in float32
+
+
 def _carry(info: dict[str, Any], reward: Any = None) -> Any:
     exact = None
     if reward is not None:
         value = float(reward)
-        if float(np.float32(value)) != value:  # a python float: numpy 2 would compare in float32
-            exact = value
+        # whole numbers up to 2**24 (most rewards) are float32's exactly: no numpy scalar to make
+        if not (value.is_integer() and -_EXACT <= value <= _EXACT) and float(np.float32(value)) != value:
+            exact = value  # (a python float: numpy 2 would compare in float32)
     if info or exact is not None:
         return Carry(info, exact)
     return {}
@@ -77,7 +81,7 @@ class Member(gym.Wrapper[Any, Any, Any, Any]):
         return obs, _carry(info)
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, Any]:
-        if self._resets_first():
+        if self._autoreset and self._resets_first():
             return self._reset_step(*self.env.reset())
         result = self.env.step(action)
         if self._mode is AutoresetMode.SAME_STEP and (result[2] or result[3]):

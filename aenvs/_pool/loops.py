@@ -92,10 +92,35 @@ class LoopCalls:
         await self._parts.settle(None, list(env_index), whole=False)
         self._sender.send_columns(CommandKind.STEP, list(env_index), actions)
 
-    async def async_step_recv_columns(self, max_get: int | None = None) -> Columns:
-        """:meth:`~aenvs.AsyncEnvPool.async_step_recv` of the results ready now (none: an empty ``env_index``), as
-        columns: per leaf of ``"next"`` a numpy array or a list of values (text...),
-        ``("env_index",)`` the envs; no sent entries. For loops that read a few entries a
-        step (see :meth:`~aenvs.AsyncEnvPool.async_step_send_columns`)."""
-        picked = await self._receiver.recv(CommandKind.STEP, 0, max_get, None, None)
+    async def async_step_recv_columns(
+        self,
+        max_get: int | None = None,
+        *,
+        min_get: int | None = 0,
+        env_index: EnvIndex | None = None,
+        timeout: float | None = None,
+    ) -> Columns:
+        """:meth:`~aenvs.AsyncEnvPool.async_step_recv` as columns: per leaf of ``"next"`` a
+        numpy array or a list of values (text...), ``("env_index",)`` the envs; no sent
+        entries. For loops that read a few entries a step (see
+        :meth:`~aenvs.AsyncEnvPool.async_step_send_columns`).
+
+        By default it takes the results ready now (none: an empty ``env_index``);
+        ``min_get``, ``env_index`` and ``timeout`` wait as for
+        :meth:`~aenvs.AsyncEnvPool.async_step_recv` (``min_get=None``: every env of
+        ``env_index``, in that order, or one).
+
+        Example:
+            >>> import asyncio, torch
+            >>> from aenvs import AsyncEnvPool
+            >>> async def main():
+            ...     async with AsyncEnvPool("CartPole-v1", num_envs=2, executor="inline") as pool:
+            ...         await pool.reset()
+            ...         await pool.async_step_send_columns([0, 1], {"action": torch.tensor([0, 1])})
+            ...         columns = await pool.async_step_recv_columns(min_get=None, env_index=[1, 0])
+            ...         return columns[("env_index",)].tolist(), columns[("observation",)].shape
+            >>> asyncio.run(main())
+            ([1, 0], (2, 4))
+        """
+        picked = await self._receiver.recv(CommandKind.STEP, min_get, max_get, env_index, timeout)
         return self._parts.step_columns(picked, self._ready_to_send())

@@ -7,7 +7,7 @@ carried beside the pool's layout (infos, float64 rewards) into vector infos.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from copy import deepcopy
 from typing import TYPE_CHECKING, Any, cast
 
@@ -17,14 +17,23 @@ from gymnasium import spaces
 from gymnasium.vector.utils import create_empty_array
 
 from aenvs._adapters.autoreset import Carry
-from aenvs._specs import observation_root
+from aenvs._specs import Key, observation_root
 from aenvs._vector.conversion import obs_reader
 from aenvs._vector.spaces import dict_parts, is_array_space, tuple_parts
 
 if TYPE_CHECKING:
     from tensordict import TensorDictBase
 
-__all__ = ["AddInfo", "Results", "StepReturn", "read_carries", "tree_copy", "tree_set_rows"]
+__all__ = [
+    "AddInfo",
+    "Results",
+    "StepReturn",
+    "carries_of",
+    "column_reader",
+    "read_carries",
+    "tree_copy",
+    "tree_set_rows",
+]
 
 AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
 """``VectorEnv._add_info``: adds env ``i``'s info to vector infos, returns them."""
@@ -34,6 +43,8 @@ StepReturn = tuple[
 ]
 """``(observations, rewards, terminations, truncations, infos)``, as ``VectorEnv.step`` returns them."""
 
+_REWARD, _TERMINATED, _TRUNCATED, _INFO = ("reward",), ("terminated",), ("truncated",), ("info",)
+
 
 class Results:
     """The returns of one vector env's steps and resets, built from the pool's TensorDicts.
@@ -42,6 +53,8 @@ class Results:
         observation_space: each env's observation space.
         num_envs: how many envs.
         add_info: the vector env's ``_add_info``.
+        columns: the keys of the fixed-shape entries of a step result (the pool's
+            ``step_leaves``): where :meth:`step_columns` finds the observations.
 
     Example:
         >>> import torch
@@ -51,12 +64,20 @@ class Results:
         (array([0, 1]), {})
     """
 
-    def __init__(self, observation_space: spaces.Space[Any], num_envs: int, add_info: AddInfo) -> None:
+    def __init__(
+        self,
+        observation_space: spaces.Space[Any],
+        num_envs: int,
+        add_info: AddInfo,
+        columns: Collection[Key] = (),
+    ) -> None:
         self.num_envs = num_envs
         self.observations: Any = create_empty_array(observation_space, n=num_envs, fn=np.zeros)
         self.ended = np.zeros(num_envs, dtype=np.bool_)
         """Which envs ended their episode on the last step (and were not reset since)."""
-        self._read_obs = obs_reader(observation_space, observation_root(observation_space))
+        root = observation_root(observation_space)
+        self._read_obs = obs_reader(observation_space, root)
+        self._read_columns = column_reader(observation_space, root, columns)
         self._copy = tree_copy(observation_space)
         self._set_rows = tree_set_rows(observation_space, num_envs)
         self._add_info = add_info
@@ -86,12 +107,46 @@ class Results:
         step results ``td``."""
         nxt = td["next"]
         self.observations = self._read_obs(nxt)
-        rewards: npt.NDArray[np.float64] = nxt["reward"].numpy().reshape(-1).astype(np.float64)
-        terminations: npt.NDArray[np.bool_] = nxt["terminated"].numpy().reshape(-1)
-        truncations: npt.NDArray[np.bool_] = nxt["truncated"].numpy().reshape(-1)
+        return self._stepped(
+            nxt["reward"].numpy(),
+            nxt["terminated"].numpy().reshape(-1),
+            nxt["truncated"].numpy().reshape(-1),
+            read_carries(nxt, self.num_envs),
+            copy,
+        )
+
+    def step_columns(self, columns: Mapping[Key, Any], copy: bool) -> StepReturn:
+        """:meth:`step` from the pool's step results of every env in order as columns
+        (:meth:`aenvs.AsyncEnvPool.async_step_recv_columns`); only where :attr:`reads_columns`."""
+        read = self._read_columns
+        assert read is not None, "the observations are not all fixed-shape columns"
+        self.observations = read(columns)
+        info = columns.get(_INFO)
+        return self._stepped(
+            np.asarray(columns[_REWARD]),
+            np.asarray(columns[_TERMINATED]).reshape(-1),
+            np.asarray(columns[_TRUNCATED]).reshape(-1),
+            None if info is None else carries_of(info, self.num_envs),
+            copy,
+        )
+
+    @property
+    def reads_columns(self) -> bool:
+        """Whether :meth:`step_columns` can read the observations (every part a fixed-shape
+        entry of the step results)."""
+        return self._read_columns is not None
+
+    def _stepped(
+        self,
+        reward: npt.NDArray[Any],
+        terminations: npt.NDArray[np.bool_],
+        truncations: npt.NDArray[np.bool_],
+        carries: list[Carry | None] | None,
+        copy: bool,
+    ) -> StepReturn:
+        rewards: npt.NDArray[np.float64] = reward.reshape(-1).astype(np.float64)
         np.logical_or(terminations, truncations, out=self.ended)
         infos: dict[str, Any] = {}
-        carries = read_carries(nxt, self.num_envs)
         if carries is not None:
             for i, carried in enumerate(carries):
                 if carried is not None:
@@ -112,10 +167,51 @@ def read_carries(td: TensorDictBase, n: int) -> list[Carry | None] | None:
         True
     """
     info = cast(Any, td).get("info", None)  # not _tensors.td_get: it imports torch
-    if info is None:
-        return None
-    values: list[Any] = info.tolist() if hasattr(info, "tolist") else [info.data] * n
+    return None if info is None else carries_of(info, n)
+
+
+def carries_of(info: Any, n: int) -> list[Carry | None]:
+    """Each env's :class:`~aenvs._adapters.autoreset.Carry` (or None) from the ``"info"``
+    entry of a batch of ``n``: a list of values, or a non-tensor stack or datum of tensordict.
+
+    Example:
+        >>> carries_of([None, Carry({"x": 1})], 2)[1].info
+        {'x': 1}
+    """
+    if type(info) is list:
+        values = cast("list[Any]", info)
+    else:
+        values = info.tolist() if hasattr(info, "tolist") else [info.data] * n
     return [v if isinstance(v, Carry) else None for v in values]
+
+
+ColumnReader = Callable[[Mapping[Key, Any]], Any]
+
+
+def column_reader(space: spaces.Space[Any], path: Key, columns: Collection[Key]) -> ColumnReader | None:
+    """A function taking the batch of ``space`` out of step results as columns (arrays
+    or tensors by key), as gymnasium batches it; None unless every part of ``space`` is
+    an array whose key is among ``columns``.
+
+    Example:
+        >>> read = column_reader(spaces.Dict({"a": spaces.Discrete(3)}), (), [("a",)])
+        >>> read({("a",): np.array([2, 0])})
+        {'a': array([2, 0])}
+    """
+    if (items := dict_parts(space)) is not None:
+        dict_readers = [(k, column_reader(sub, (*path, k), columns)) for k, sub in items]
+        if any(read is None for _, read in dict_readers):
+            return None
+        return lambda cols: {k: read(cols) for k, read in dict_readers if read is not None}
+    if (subs := tuple_parts(space)) is not None:
+        tuple_readers = [column_reader(sub, (*path, str(i)), columns) for i, sub in enumerate(subs)]
+        if any(read is None for read in tuple_readers):
+            return None
+        return lambda cols: tuple(read(cols) for read in tuple_readers if read is not None)
+    if not is_array_space(space) or path not in columns:
+        return None
+    dtype = np.dtype(space.dtype) if space.dtype is not None else None
+    return lambda cols: np.asarray(cols[path]).astype(dtype, copy=False)
 
 
 Copier = Callable[[Any], Any]

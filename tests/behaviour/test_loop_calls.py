@@ -3,11 +3,14 @@ as columns, on every executor and loop; bad input refused before dispatch naming
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from tests.behaviour.language_envs import EchoTextEnv
 from tests.conftest import PoolFactory
+from tests.helpers import Gate, gated_env_fns
 
 
 async def test_text_actions_as_columns_come_back_as_columns(make_pool: PoolFactory) -> None:
@@ -38,6 +41,36 @@ async def test_tensor_actions_as_columns(make_pool: PoolFactory) -> None:
         assert columns[("observation",)].shape[1:] == (4,)
         got += columns[("env_index",)].tolist()
     assert sorted(got) == [0, 1]
+
+
+async def test_columns_received_as_named_wait_for_those_envs_in_that_order(make_pool: PoolFactory) -> None:
+    pool = await make_pool([EchoTextEnv] * 3)
+    await pool.reset()
+    await pool.async_step_send_columns([0, 1, 2], {"action": ["a", "bb", "ccc"]})
+    columns = await pool.async_step_recv_columns(min_get=None, env_index=[2, 0], timeout=30)
+    assert columns[("env_index",)].tolist() == [2, 0]
+    assert columns[("observation",)] == ["1:ccc", "1:a"]
+    assert columns[("reward",)][:, 0].tolist() == [3.0, 1.0]
+    rest = await pool.async_step_recv_columns(min_get=1, timeout=30)  # env 1's, and nothing twice
+    assert rest[("env_index",)].tolist() == [1]
+    assert rest[("observation",)] == ["1:bb"]
+
+
+async def test_a_columns_receive_that_times_out_leaves_the_results_ready(
+    make_pool: PoolFactory, tmp_path: Path
+) -> None:
+    gate = Gate(str(tmp_path))
+    pool = await make_pool(gated_env_fns(2, gate))
+    await pool.reset()
+    await pool.async_step_send_columns([0], {"action": torch.tensor([[4.0]], dtype=torch.float64)})
+    with pytest.raises(ValueError, match="env 1 has no step"):  # nothing sent to env 1: refused, not awaited
+        await pool.async_step_recv_columns(min_get=None, env_index=[0, 1])
+    with pytest.raises(TimeoutError):
+        await pool.async_step_recv_columns(min_get=None, env_index=[0], timeout=0.05)
+    gate.open()
+    columns = await pool.async_step_recv_columns(min_get=None, env_index=[0], timeout=30)
+    assert columns[("env_index",)].tolist() == [0]
+    assert columns[("observation",)][:, 1].tolist() == [4.0]
 
 
 async def test_bad_column_actions_are_refused_before_dispatch(make_pool: PoolFactory) -> None:

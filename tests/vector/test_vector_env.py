@@ -422,6 +422,29 @@ def test_equal_to_sync_vector_env_on_rich_spaces(executor: str, mode: AutoresetM
         sync_envs.close()
 
 
+@pytest.mark.parametrize("observation_space", ["box", "tuple", "nested", "narrow"])
+def test_steps_of_fixed_shape_observations_are_received_as_columns(
+    executor: str, observation_space: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``step`` takes its results as columns (no TensorDict built), with the same returns."""
+    env_fns = [
+        functools.partial(SpaceEnv, observation_space=observation_space, truncate=i % 2 == 1)
+        for i in range(NUM_ENVS)
+    ]
+    async_envs = AsyncVectorEnv(env_fns, executor=executor)
+    sync_envs = SyncVectorEnv(env_fns)
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("step received its results as a TensorDict")
+
+    monkeypatch.setattr(async_envs.pool, "async_step_recv", refuse)
+    try:
+        assert run_both(async_envs, sync_envs, AutoresetMode.NEXT_STEP) > 10
+    finally:
+        async_envs.close()
+        sync_envs.close()
+
+
 @pytest.mark.parametrize("mode", MODES, ids=[m.value for m in MODES])
 def test_equal_to_sync_vector_env_on_classic_control(executor: str, mode: AutoresetMode) -> None:
     cases: list[tuple[str, dict[str, Any]]] = [
