@@ -113,14 +113,16 @@ class LoopCalls:
         Example:
             >>> import asyncio, torch
             >>> from aenvs import AsyncEnvPool
+            >>> async def whole_batch(pool):
+            ...     await pool.async_step_send_columns([0, 1, 2], {"action": torch.tensor([1, 0, 1])})
+            ...     columns = await pool.async_step_recv_columns(min_get=None, env_index=[2, 0, 1], timeout=5)
+            ...     return columns[("env_index",)].tolist(), columns[("observation",)].shape
             >>> async def main():
-            ...     async with AsyncEnvPool("CartPole-v1", num_envs=2, executor="inline") as pool:
+            ...     async with AsyncEnvPool("CartPole-v1", num_envs=3, executor="thread") as pool:
             ...         await pool.reset()
-            ...         await pool.async_step_send_columns([0, 1], {"action": torch.tensor([0, 1])})
-            ...         columns = await pool.async_step_recv_columns(min_get=None, env_index=[1, 0])
-            ...         return columns[("env_index",)].tolist(), columns[("observation",)].shape
+            ...         return await whole_batch(pool)
             >>> asyncio.run(main())
-            ([1, 0], (2, 4))
+            ([2, 0, 1], (3, 4))
         """
         picked = await self._receiver.recv(CommandKind.STEP, min_get, max_get, env_index, timeout)
         return self._parts.step_columns(picked, self._ready_to_send())
