@@ -86,7 +86,6 @@ class Batcher:
         copy: bool = True,
     ) -> None:
         self.specs = specs
-        self.copy = copy
         self.dense = dense
         self.timed_out = timed_out
         self._location = buffers.location

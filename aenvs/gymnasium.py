@@ -449,6 +449,10 @@ class AsyncVectorEnv(VectorEnv):
 
     async def _send_step(self, td: TensorDictBase) -> None:
         await self._pool.async_step_send(td)
+        self._step_sent()
+
+    def _step_sent(self) -> None:
+        """A step went to every env: its results are to be collected."""
         self._received = None
         self._state = AsyncState.WAITING_STEP
 
@@ -459,8 +463,7 @@ class AsyncVectorEnv(VectorEnv):
     async def _step_columns(self, actions: dict[str, Any]) -> dict[tuple[str, ...], Any]:
         """:meth:`_step` with the actions and results as columns."""
         await self._pool.async_step_send_columns(self._all, actions)
-        self._received = None
-        self._state = AsyncState.WAITING_STEP
+        self._step_sent()
         try:
             pool = self._pool
             return await receive_all_columns(

@@ -8,7 +8,7 @@ only runs the closures, with no dispatch on the space.
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -20,9 +20,42 @@ from aenvs._vector.spaces import dict_parts, is_array_space, tuple_parts
 if TYPE_CHECKING:
     from tensordict import TensorDictBase
 
-__all__ = ["ActionWriter", "NotABatch", "action_writer", "obs_reader"]
+__all__ = [
+    "ActionWriter",
+    "NotABatch",
+    "Reader",
+    "action_writer",
+    "column_reader",
+    "obs_reader",
+    "tree_reader",
+]
 
 ActionWriter = Callable[[Any, dict[str, Any]], None]
+
+
+Reader = Callable[[Any], Any]
+"""Takes a batch (or a part of it) out of the pool's results."""
+
+
+def tree_reader(
+    space: spaces.Space[Any], path: Key, leaf: Callable[[spaces.Space[Any], Key], Reader | None]
+) -> Reader | None:
+    """A function taking the batch of ``space`` out of the pool's results, as gymnasium
+    batches it: a dict for a Dict space, a tuple for a Tuple, and ``leaf(part, key)``'s
+    reader for every other part; None if ``leaf`` gives None for some part."""
+    if (items := dict_parts(space)) is not None:
+        parts = [(k, tree_reader(sub, (*path, k), leaf)) for k, sub in items]
+        found = [(k, read) for k, read in parts if read is not None]
+        return None if len(found) < len(parts) else lambda batch: {k: read(batch) for k, read in found}
+    if (subs := tuple_parts(space)) is not None:
+        readers = [tree_reader(sub, (*path, str(i)), leaf) for i, sub in enumerate(subs)]
+        found_parts = [read for read in readers if read is not None]
+        return (
+            None
+            if len(found_parts) < len(readers)
+            else lambda batch: tuple(read(batch) for read in found_parts)
+        )
+    return leaf(space, path)
 
 
 def obs_reader(space: spaces.Space[Any], path: Key) -> Callable[[TensorDictBase], Any]:
@@ -36,12 +69,32 @@ def obs_reader(space: spaces.Space[Any], path: Key) -> Callable[[TensorDictBase]
         >>> read(TensorDict({"observation": {"a": torch.tensor([2, 0])}}, [2]))
         {'a': array([2, 0])}
     """
-    if (items := dict_parts(space)) is not None:
-        parts = [(k, obs_reader(sub, (*path, k))) for k, sub in items]
-        return lambda td: {k: read(td) for k, read in parts}
-    if (subs := tuple_parts(space)) is not None:
-        readers = [obs_reader(sub, (*path, str(i))) for i, sub in enumerate(subs)]
-        return lambda td: tuple(read(td) for read in readers)
+    read = tree_reader(space, path, _td_leaf)
+    assert read is not None  # every part has a reader
+    return read
+
+
+def column_reader(space: spaces.Space[Any], path: Key, columns: Collection[Key]) -> Reader | None:
+    """A function taking the batch of ``space`` out of step results as columns (arrays or
+    tensors by key), as gymnasium batches it; None unless every part of ``space`` is an
+    array whose key is among ``columns``.
+
+    Example:
+        >>> read = column_reader(spaces.Dict({"a": spaces.Discrete(3)}), (), [("a",)])
+        >>> read({("a",): np.array([2, 0])})
+        {'a': array([2, 0])}
+    """
+
+    def leaf(part: spaces.Space[Any], key: Key) -> Reader | None:
+        if not is_array_space(part) or key not in columns:
+            return None
+        dtype = np.dtype(part.dtype) if part.dtype is not None else None
+        return lambda cols: np.asarray(cols[key]).astype(dtype, copy=False)
+
+    return tree_reader(space, path, leaf)
+
+
+def _td_leaf(space: spaces.Space[Any], path: Key) -> Reader:
     if not is_array_space(space):  # a non-tensor entry: a tuple of the envs' values
         from aenvs._vector.values import object_reader
 

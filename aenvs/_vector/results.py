@@ -18,7 +18,7 @@ from gymnasium.vector.utils import create_empty_array
 
 from aenvs._adapters.autoreset import Carry
 from aenvs._specs import Key, observation_root
-from aenvs._vector.conversion import obs_reader
+from aenvs._vector.conversion import column_reader, obs_reader
 from aenvs._vector.spaces import dict_parts, is_array_space, tuple_parts
 
 if TYPE_CHECKING:
@@ -29,7 +29,6 @@ __all__ = [
     "Results",
     "StepReturn",
     "carries_of",
-    "column_reader",
     "read_carries",
     "tree_copy",
     "tree_set_rows",
@@ -183,35 +182,6 @@ def carries_of(info: Any, n: int) -> list[Carry | None]:
     else:
         values = info.tolist() if hasattr(info, "tolist") else [info.data] * n
     return [v if isinstance(v, Carry) else None for v in values]
-
-
-ColumnReader = Callable[[Mapping[Key, Any]], Any]
-
-
-def column_reader(space: spaces.Space[Any], path: Key, columns: Collection[Key]) -> ColumnReader | None:
-    """A function taking the batch of ``space`` out of step results as columns (arrays
-    or tensors by key), as gymnasium batches it; None unless every part of ``space`` is
-    an array whose key is among ``columns``.
-
-    Example:
-        >>> read = column_reader(spaces.Dict({"a": spaces.Discrete(3)}), (), [("a",)])
-        >>> read({("a",): np.array([2, 0])})
-        {'a': array([2, 0])}
-    """
-    if (items := dict_parts(space)) is not None:
-        dict_readers = [(k, column_reader(sub, (*path, k), columns)) for k, sub in items]
-        if any(read is None for _, read in dict_readers):
-            return None
-        return lambda cols: {k: read(cols) for k, read in dict_readers if read is not None}
-    if (subs := tuple_parts(space)) is not None:
-        tuple_readers = [column_reader(sub, (*path, str(i)), columns) for i, sub in enumerate(subs)]
-        if any(read is None for read in tuple_readers):
-            return None
-        return lambda cols: tuple(read(cols) for read in tuple_readers if read is not None)
-    if not is_array_space(space) or path not in columns:
-        return None
-    dtype = np.dtype(space.dtype) if space.dtype is not None else None
-    return lambda cols: np.asarray(cols[path]).astype(dtype, copy=False)
 
 
 Copier = Callable[[Any], Any]
