@@ -16,7 +16,7 @@ env started by the send, one TensorDict per receive): what the loop's shape itse
 this machine. If gymnasium is installed, its ``AsyncVectorEnv`` (lockstep ``step_async`` /
 ``step_wait``) on a ``time.sleep(L)`` env at N=64 is a peer row.
 
-Every row is measured for ``--duration`` seconds after a 0.5 s warm-up. Columns printed:
+Every row is measured for ``--duration`` seconds after a ``--warmup`` (0.5 s) warm-up. Columns printed:
 
 - steps/s: env steps completed in the window / the window's wall-clock seconds;
 - ideal N/L: every env stepping back to back, no overhead (N / 0.010);
@@ -33,7 +33,7 @@ Every row is measured for ``--duration`` seconds after a 0.5 s warm-up. Columns 
 the same): CPython's full collections then skip the ~300k objects torch's import leaves behind,
 which they otherwise walk ~every second at N=1024.
 
-    python benchmarks/latency.py [--duration 3] [--loop uvloop|asyncio] [--json PATH] [--gc-freeze]
+    python benchmarks/latency.py [--duration 3] [--warmup 0.5] [--loop uvloop|asyncio] [--json PATH] [--gc-freeze]
                                  [--only inline:256 inline:1024] [--no-peer]
 """
 
@@ -115,7 +115,7 @@ class Row:
     overhead_us: float | None = None  # pool rows: cpu_us_per_step minus the bare reference's
 
 
-_full_gcs = 0  # full collections in the last window()
+_full_gcs = 0  # full collections in the last Window.measure()
 
 
 def make_row(system: str, executor: str, n: int, steps: int, wall: float, cpu: float) -> Row:
@@ -123,24 +123,31 @@ def make_row(system: str, executor: str, n: int, steps: int, wall: float, cpu: f
     return Row(system, executor, n, rate, ideal, 100 * rate / ideal, 1e6 * cpu / max(steps, 1), _full_gcs)
 
 
-async def window(advance: Callable[[], Awaitable[int]], duration: float) -> tuple[int, float, float]:
-    """Call ``advance`` (it returns the steps it saw) through a warm-up, then for ``duration``
-    seconds: (steps, wall seconds, CPU seconds) of the measured part."""
-    global _full_gcs
-    deadline = time.perf_counter() + WARMUP
-    while time.perf_counter() < deadline:
-        await advance()
-    steps = 0
-    full0 = gc.get_stats()[2]["collections"]
-    cpu0, t0 = time.process_time(), time.perf_counter()
-    while time.perf_counter() - t0 < duration:
-        steps += await advance()
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    _full_gcs = gc.get_stats()[2]["collections"] - full0
-    return steps, wall, cpu
+@dataclass(frozen=True)
+class Window:
+    """How long a row runs: ``warmup`` seconds unmeasured, then ``duration`` seconds measured."""
+
+    duration: float
+    warmup: float = WARMUP
+
+    async def measure(self, advance: Callable[[], Awaitable[int]]) -> tuple[int, float, float]:
+        """Call ``advance`` (it returns the steps it saw) through the warm-up, then for
+        ``duration`` seconds: (steps, wall seconds, CPU seconds) of the measured part."""
+        global _full_gcs
+        deadline = time.perf_counter() + self.warmup
+        while time.perf_counter() < deadline:
+            await advance()
+        steps = 0
+        full0 = gc.get_stats()[2]["collections"]
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        while time.perf_counter() - t0 < self.duration:
+            steps += await advance()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        _full_gcs = gc.get_stats()[2]["collections"] - full0
+        return steps, wall, cpu
 
 
-async def pool_row(executor: str, n: int, duration: float, max_get: int | None = None) -> Row:
+async def pool_row(executor: str, n: int, window: Window, max_get: int | None = None) -> Row:
     """The overlapped loop: receive what finished (at most ``max_get``), re-send those envs at once."""
     env_fn = AsyncSleepyEnv if executor == "inline" else SleepyEnv
     async with AsyncEnvPool([env_fn] * n, executor=executor) as pool:
@@ -153,7 +160,7 @@ async def pool_row(executor: str, n: int, duration: float, max_get: int | None =
             await pool.async_step_send(out.select("action", "env_index"))
             return out.batch_size[0]
 
-        steps, wall, cpu = await window(advance, duration)
+        steps, wall, cpu = await window.measure(advance)
         await pool.async_step_recv(min_get=n)  # the steps still in flight, before closing
     system = f"aenvs {executor}" + (f", max_get={max_get}" if max_get is not None else "")
     return make_row(system, executor, n, steps, wall, cpu)
@@ -221,7 +228,7 @@ class TimerPool:
             self._loop.call_later(LATENCY, self._finish, i)
 
 
-async def reference_row(n: int, duration: float, max_get: int | None = None) -> Row:
+async def reference_row(n: int, window: Window, max_get: int | None = None) -> Row:
     """The overlapped loop of ``pool_row`` over a :class:`TimerPool`."""
     pool = TimerPool(n)
     pool.send(TensorDict(action=torch.zeros(n, dtype=torch.int64), env_index=torch.arange(n), batch_size=[n]))
@@ -231,14 +238,14 @@ async def reference_row(n: int, duration: float, max_get: int | None = None) -> 
         pool.send(out.select("action", "env_index"))
         return out.batch_size[0]
 
-    steps, wall, cpu = await window(advance, duration)
+    steps, wall, cpu = await window.measure(advance)
     while pool.in_flight:  # no timer of this row fires in the next one
         await pool.recv(None)
     system = "reference: timers, no pool" + (f", max_get={max_get}" if max_get is not None else "")
     return make_row(system, "inline", n, steps, wall, cpu)
 
 
-async def bare_tasks_row(n: int, duration: float) -> Row:
+async def bare_tasks_row(n: int, window: Window) -> Row:
     """N asyncio tasks that only sleep L in a loop: what the event loop itself allows."""
     done = 0
 
@@ -254,14 +261,14 @@ async def bare_tasks_row(n: int, duration: float) -> Row:
         return done - before
 
     tasks = [asyncio.create_task(sleeper()) for _ in range(n)]
-    steps, wall, cpu = await window(advance, duration)
+    steps, wall, cpu = await window.measure(advance)
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     return make_row("bare asyncio tasks", "inline", n, steps, wall, cpu)
 
 
-async def bare_threads_row(n: int, duration: float) -> Row:
+async def bare_threads_row(n: int, window: Window) -> Row:
     """A ThreadPoolExecutor(N) running time.sleep(L) jobs, each re-submitted from its worker
     thread as it completes (no event loop involved): what N threads themselves allow."""
     done = 0
@@ -283,12 +290,12 @@ async def bare_threads_row(n: int, duration: float) -> Row:
         for _ in range(n):
             threads.submit(time.sleep, LATENCY).add_done_callback(resubmit)
 
-        steps, wall, cpu = await window(advance, duration)
+        steps, wall, cpu = await window.measure(advance)
         stop.set()
     return make_row("bare ThreadPoolExecutor", "thread", n, steps, wall, cpu)
 
 
-def gymnasium_row(n: int, duration: float) -> Row | None:
+def gymnasium_row(n: int, window: Window) -> Row | None:
     """gymnasium's AsyncVectorEnv (lockstep: every step waits for the slowest env) on a
     time.sleep(L) env, as a peer; None, with a note, where it cannot run."""
     try:
@@ -315,12 +322,12 @@ def gymnasium_row(n: int, duration: float) -> Row | None:
     try:
         envs.reset(seed=0)
         actions = np.zeros(n, np.int64)
-        deadline = time.perf_counter() + WARMUP
+        deadline = time.perf_counter() + window.warmup
         while time.perf_counter() < deadline:
             envs.step(actions)
         steps = 0
         cpu0, t0 = time.process_time(), time.perf_counter()
-        while time.perf_counter() - t0 < duration:
+        while time.perf_counter() - t0 < window.duration:
             envs.step_async(actions)
             envs.step_wait()
             steps += n
@@ -333,7 +340,7 @@ def gymnasium_row(n: int, duration: float) -> Row | None:
     return make_row("gymnasium AsyncVectorEnv", "process", n, steps, wall, cpu)
 
 
-async def run(duration: float, only: set[str] | None = None) -> list[Row]:
+async def run(window: Window, only: set[str] | None = None) -> list[Row]:
     """Each pool row right after its bare reference at the same N (its overhead is relative to it);
     ``only``: the rows to run, as ``executor:N``."""
     rows: list[Row] = []
@@ -342,12 +349,12 @@ async def run(duration: float, only: set[str] | None = None) -> list[Row]:
     if only is not None:
         plan = [(executor, n, bare_row) for executor, n, bare_row in plan if f"{executor}:{n}" in only]
     for executor, n, bare_row in plan:
-        bare = await bare_row(n, duration)
-        pools = [await pool_row(executor, n, duration)]
+        bare = await bare_row(n, window)
+        pools = [await pool_row(executor, n, window)]
         references = []
         if executor == "inline":
-            pools.append(await pool_row(executor, n, duration, BOUNDED_GET))
-            references = [await reference_row(n, duration), await reference_row(n, duration, BOUNDED_GET)]
+            pools.append(await pool_row(executor, n, window, BOUNDED_GET))
+            references = [await reference_row(n, window), await reference_row(n, window, BOUNDED_GET)]
         for pool in pools:
             pool.overhead_us = pool.cpu_us_per_step - bare.cpu_us_per_step
         rows += [*pools, *references, bare]
@@ -356,16 +363,22 @@ async def run(duration: float, only: set[str] | None = None) -> list[Row]:
 
 
 def measure(
-    duration: float = 3.0, loop: str = "uvloop", only: set[str] | None = None, peer: bool = True
+    duration: float = 3.0,
+    loop: str = "uvloop",
+    only: set[str] | None = None,
+    peer: bool = True,
+    warmup: float = WARMUP,
 ) -> list[Row]:
     """The rows of the benchmark: the pools beside their bare references (``only``: the rows
     ``executor:N`` to run), then gymnasium's unless ``peer`` is false or ``only`` is given
-    (``aenvs bench`` calls this; ``main`` prints and saves it)."""
+    (``aenvs bench`` calls this; ``main`` prints and saves it). Each row runs ``warmup``
+    seconds, then is measured for ``duration`` seconds."""
     loop_factory = uvloop.new_event_loop if loop == "uvloop" else asyncio.new_event_loop
+    window = Window(duration, warmup)
     print(f"L = {LATENCY * 1e3:.0f} ms, loop: {loop}, {duration:g} s per row", flush=True)
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        rows = runner.run(run(duration, only))
-    peer_row = gymnasium_row(PEER_N, duration) if peer and only is None else None
+        rows = runner.run(run(window, only))
+    peer_row = gymnasium_row(PEER_N, window) if peer and only is None else None
     if peer_row is not None:
         rows.append(peer_row)
     return rows
@@ -393,6 +406,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--duration", type=float, default=3.0, help="measured seconds per row")
+    parser.add_argument("--warmup", type=float, default=WARMUP, help="unmeasured seconds before each row")
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="event loop")
     parser.add_argument("--json", default=DEFAULT_JSON, help="where to write the results")
     parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() before measuring")
@@ -405,13 +419,14 @@ def main() -> None:
     if args.gc_freeze:
         gc.collect()
         gc.freeze()
-    rows = measure(args.duration, args.loop, set(args.only) if args.only else None, not args.no_peer)
+    only = set(args.only) if args.only else None
+    rows = measure(args.duration, args.loop, only, not args.no_peer, args.warmup)
 
     setup = {
         "command": " ".join(["python", *sys.argv]),
         "latency_s": LATENCY,
         "duration_s": args.duration,
-        "warmup_s": WARMUP,
+        "warmup_s": args.warmup,
         "loop": args.loop,
         "gc_freeze": args.gc_freeze,
         "cpu_count": os.cpu_count(),

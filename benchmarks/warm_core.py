@@ -114,8 +114,9 @@ def _spinner(cpu: int) -> subprocess.Popen[bytes]:
 
 async def _latency_256(duration: float) -> tuple[float, float, float, float]:
     """(% of ideal, CPU us/step) of the inline N=256 pool row, then of its bare reference."""
-    pool = await latency.pool_row("inline", 256, duration)
-    bare = await latency.bare_tasks_row(256, duration)
+    window = latency.Window(duration)
+    pool = await latency.pool_row("inline", 256, window)
+    bare = await latency.bare_tasks_row(256, window)
     return pool.percent_of_ideal, pool.cpu_us_per_step, bare.percent_of_ideal, bare.cpu_us_per_step
 
 

@@ -169,7 +169,7 @@ def test_the_suites_benchmarks_follow_the_protocol(tmp_path) -> None:
     from benchmarks.harness.plots import draw
 
     tiny = {
-        "latency": {"duration": 0.05},
+        "latency": {"duration": 0.05, "warmup": 0.01},
         "throughput": {
             "duration": 0.05,
             "warmup": 0.01,
