@@ -34,7 +34,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Coroutine, Generator
 from types import FrameType
-from typing import Any, ClassVar, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Literal, Protocol, TypeVar, cast
 
 import anyio.from_thread
 
@@ -60,6 +60,7 @@ T = TypeVar("T")
 DriverKind = Literal["auto", "private", "portal"]
 
 _CLEANUP_TIMEOUT = 10.0  # seconds an interrupted coroutine gets to finish its cancellation
+_WAIT_OUTSIDE = 0.005  # seconds a call waits outside the loop before the loop takes over
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -72,6 +73,11 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     if uvloop is not None and threading.current_thread() is not threading.main_thread():
         return uvloop.new_event_loop()
     return asyncio.new_event_loop()
+
+
+def _future(awaited: object) -> asyncio.Future[object] | None:
+    """What a coroutine yielded, if it is a future (what ``await future`` yields)."""
+    return cast("asyncio.Future[object]", awaited) if isinstance(awaited, asyncio.Future) else None
 
 
 def _loop_running_here() -> bool:
@@ -174,6 +180,10 @@ class PrivateLoop(LoopDriver):
 
     Args:
         loop_factory: makes the loop (default: uvloop's where installed).
+        wait_outside: the pool's executor's ``wait_outside_loop``: a call that waits for
+            results the executor reads itself (the process executor's pipes) waits in it,
+            without a turn of the loop, for up to a few milliseconds; the loop takes over
+            after that, or at once for anything else (timers, threads' results).
 
     A call made while the caller's thread runs another loop (from a coroutine) runs
     the private loop in a helper thread instead, blocking the caller until it is done.
@@ -181,10 +191,15 @@ class PrivateLoop(LoopDriver):
 
     kind = "private"
 
-    def __init__(self, loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> None:
+    def __init__(
+        self,
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+        wait_outside: Callable[[float], None] | None = None,
+    ) -> None:
         self._loop: asyncio.AbstractEventLoop | None = (loop_factory or new_event_loop)()
         self._helper: concurrent.futures.ThreadPoolExecutor | None = None
         self._main_ident = threading.main_thread().ident
+        self._wait_outside = wait_outside
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -229,6 +244,8 @@ class PrivateLoop(LoopDriver):
         asyncio._set_running_loop(loop)
         try:
             awaited = coro.send(None)
+            if self._wait_outside is not None:
+                awaited = self._carry_on_outside(coro, awaited, self._wait_outside, call)
             if call is not None and call.interrupted:  # Ctrl-C during that step: cancel it where it waits
                 awaited = coro.throw(asyncio.CancelledError())
         except StopIteration as stop:
@@ -253,6 +270,27 @@ class PrivateLoop(LoopDriver):
         except BaseException:
             self._finish(loop, task)  # e.g. a KeyboardInterrupt raised inside the loop: let the task clean up
             raise
+
+    @staticmethod
+    def _carry_on_outside(
+        coro: Coroutine[Any, Any, Any], awaited: object, wait: Callable[[float], None], call: _Call | None
+    ) -> object:
+        """Carry on ``coro`` outside the loop while what it awaits is done by ``wait`` (the
+        executor reading its workers' pipes in this thread) within a short while; what it
+        awaits then. Anything else it awaits (a timer, a thread's result) is the loop's."""
+        future = _future(awaited)
+        while future is not None and not (call is not None and call.interrupted):
+            if not future.done():
+                try:
+                    wait(_WAIT_OUTSIDE)
+                except BaseException:
+                    coro.close()
+                    raise
+                if not future.done():
+                    break
+            awaited = coro.send(None)
+            future = _future(awaited)
+        return awaited
 
     @staticmethod
     def _finish(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
@@ -398,8 +436,10 @@ def make_driver(
     kind: DriverKind = "auto",
     *,
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+    wait_outside: Callable[[float], None] | None = None,
 ) -> LoopDriver:
     """A loop driver: ``"private"``, ``"portal"``, or ``"auto"`` (the portal when this thread runs a loop).
+    ``loop_factory`` and ``wait_outside`` are the private loop's (see :class:`PrivateLoop`).
 
     Example:
         >>> driver = make_driver()  # from plain synchronous code
@@ -410,7 +450,7 @@ def make_driver(
     if kind == "auto":
         kind = "portal" if _loop_running_here() else "private"
     if kind == "private":
-        return PrivateLoop(loop_factory)
+        return PrivateLoop(loop_factory, wait_outside)
     if kind == "portal":
         return PortalLoop()
     raise ValueError(f"loop must be 'auto', 'private' or 'portal', got {kind!r}")

@@ -135,7 +135,9 @@ class BatchedEnv:
             rate_limit=rate_limit,
             copy_results=copy_results,
         )
-        self._driver: LoopDriver = make_driver(loop, loop_factory=loop_factory)
+        self._driver: LoopDriver = make_driver(
+            loop, loop_factory=loop_factory, wait_outside=self._pool.executor.wait_outside_loop
+        )
         try:
             self._driver.run(self._pool.start)
         except BaseException:

@@ -152,7 +152,7 @@ class AsyncVectorEnv(VectorEnv):
             num_workers=num_workers,
             **pool_options,
         )
-        self._driver: LoopDriver = make_driver(loop)
+        self._driver: LoopDriver = make_driver(loop, wait_outside=self._pool.executor.wait_outside_loop)
         try:
             self._driver.run(self._pool.start)
             self._setup_spaces()

@@ -136,6 +136,14 @@ class Executor(abc.ABC):
         when it is about to wait for the results anyway). Never blocks on other workers."""
         return  # most executors start every command at once
 
+    def wait_outside_loop(self, timeout: float) -> None:
+        """Wait in the loop's thread, while the loop is not running, until a completion is
+        queued or ``timeout`` seconds pass, reading what the loop would read for it. A sync
+        caller waiting for a result skips the loop's turn this way (the sync shim's private
+        loop driver). This base returns at once: its results reach it through the loop.
+        """
+        return
+
     # -- restarts: the pool's on_error="restart" and its per-command timeouts ---------
 
     def counters(self) -> dict[str, int]:

@@ -23,8 +23,10 @@ import asyncio
 import contextlib
 import os
 import pickle
+import select
 import socket
 import time
+from collections.abc import Callable
 from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from typing import Any
@@ -103,6 +105,8 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
         super().__init__(num_workers, envs_per_worker, startup_timeout, close_timeout)
         self._arena: SharedArena | None = None  # its descriptor stays open for workers started later
         self._reapers: list[Reaper] = []  # workers given up on, closing their envs before a SIGKILL
+        self._poller = select.poll()  # the fds the loop watches, for wait_outside_loop
+        self._watched: dict[int, tuple[Callable[[_Worker], None], _Worker]] = {}
 
     @property
     def pids(self) -> list[int]:
@@ -130,12 +134,12 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
             assert worker.conn is not None
             worker.built = loop.create_future()
             worker.exited = loop.create_future()
-            loop.add_reader(worker.conn.fileno(), self._on_readable, worker)
+            self._watch(worker.conn.fileno(), self._on_readable, worker)
             # uvloop makes watched fds non-blocking; Connection needs blocking ones for
             # messages larger than the socket buffer (a reader only runs once data is there)
             os.set_blocking(worker.conn.fileno(), True)
             if worker.pidfd >= 0:
-                loop.add_reader(worker.pidfd, self._on_exit, worker)
+                self._watch(worker.pidfd, self._on_exit, worker)
         results = await self._await_built([(w.env_indices, w.built) for w in workers if w.built])
         specs_by_env: dict[int, EnvSpec] = {}
         for result in results:
@@ -229,14 +233,33 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
         if targets:
             self._reapers.append(Reaper(targets, grace))
 
+    def _watch(self, fd: int, callback: Callable[[_Worker], None], worker: _Worker) -> None:
+        assert self._loop is not None
+        self._loop.add_reader(fd, callback, worker)
+        self._poller.register(fd, select.POLLIN)
+        self._watched[fd] = (callback, worker)
+
     def _unwatch(self, worker: _Worker) -> None:
         loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        if worker.conn is not None and not worker.conn.closed:
-            loop.remove_reader(worker.conn.fileno())
-        if worker.pidfd >= 0:
-            loop.remove_reader(worker.pidfd)
+        for fd in [fd for fd, (_, owner) in self._watched.items() if owner is worker]:
+            del self._watched[fd]
+            self._poller.unregister(fd)
+            if loop is not None and not loop.is_closed():
+                loop.remove_reader(fd)
+
+    def wait_outside_loop(self, timeout: float) -> None:
+        """Read the workers' pipes and pidfds here, as the loop's readers do, until a
+        completion is queued or ``timeout`` seconds pass; at once if no command is in flight."""
+        deadline = time.monotonic() + timeout
+        watched, poll = self._watched, self._poller.poll
+        while not self._completions and any(w.in_flight for w in self._workers):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            for fd, _ in poll(left * 1e3):
+                if fd in watched:
+                    callback, worker = watched[fd]
+                    callback(worker)
 
     # -- commands -------------------------------------------------------------------------
 

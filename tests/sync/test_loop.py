@@ -18,7 +18,8 @@ import torch
 import uvloop
 from tensordict import TensorDict
 
-from aenvs import SerialEnv
+import aenvs._loop
+from aenvs import EnvError, SerialEnv
 from aenvs._loop import PortalLoop, PrivateLoop, make_driver, new_event_loop
 from aenvs.testing import echo_env_fns
 from tests.helpers import Gate, gated_env_fns
@@ -225,6 +226,110 @@ def test_ctrl_c_during_a_rollout_stops_it_at_the_next_step(executor: str, loop_n
         assert traj.batch_size == (2, 3)
         assert traj["next", "observation"][:, :, 2].tolist() == [[1.0, 2.0, 3.0]] * 2
     finally:
+        env.close()
+
+
+def _counting_loop(loop_name: str) -> Any:
+    """A loop of ``loop_name`` that counts its ``run_until_complete`` calls (its turns)."""
+    base = uvloop.Loop if loop_name == "uvloop" else asyncio.SelectorEventLoop
+
+    class CountingLoop(base):  # pyright: ignore[reportGeneralTypeIssues, reportUntypedBaseClass]
+        turns = 0
+
+        def run_until_complete(self, future: Any) -> Any:
+            self.turns += 1
+            return super().run_until_complete(future)
+
+    return CountingLoop()
+
+
+@pytest.mark.parametrize("loop_name", list(LOOP_FACTORIES))
+def test_sync_steps_of_worker_processes_take_no_turn_of_the_loop(
+    executor: str, loop_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The private loop waits for a process executor's results in the executor's own read of
+    its pipes (and an inline step never waits): no loop turn per call. Every executor's steps
+    come back whole and in order."""
+    monkeypatch.setattr(aenvs._loop, "_WAIT_OUTSIDE", 60.0)  # a loaded machine never falls back
+    loop = _counting_loop(loop_name)
+    with SerialEnv(4, echo_env_fns(4), executor=executor, loop_factory=lambda: loop) as env:
+        env.reset()
+        turns = loop.turns
+        for k in range(1, 21):
+            out = env.step(_actions(4, float(k)))
+            assert out["next", "observation"][:, 1].tolist() == [float(k)] * 4
+        assert env.steps == [20] * 4
+        if executor in ("inline", "process"):
+            assert loop.turns == turns, f"{loop.turns - turns} of 20 steps turned the loop"
+
+
+@pytest.mark.usefixtures("sigint_default")
+@pytest.mark.parametrize("loop_name", list(LOOP_FACTORIES))
+@pytest.mark.parametrize("executor", ["thread", "process", "ray"])  # an inline env holds the main thread
+def test_ctrl_c_interrupts_a_step_waiting_for_its_workers(
+    executor: str, loop_name: str, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while a step waits for workers that hold on: KeyboardInterrupt before they let go,
+    also while the private loop waits outside the loop (here for up to 0.5 s at a time)."""
+    monkeypatch.setattr(aenvs._loop, "_WAIT_OUTSIDE", 0.5)
+    started, release = Gate(str(tmp_path)), Gate(str(tmp_path))
+    caught = threading.Event()
+    env = SerialEnv(
+        2, holding_env_fn(started, release), executor=executor, loop_factory=LOOP_FACTORIES[loop_name]
+    )
+
+    def interrupt() -> None:
+        if started.wait(30):
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        caught.wait(30)
+        release.open()
+
+    interrupter = threading.Thread(target=interrupt)
+    try:
+        env.reset()
+        interrupter.start()
+        with pytest.raises(KeyboardInterrupt):
+            env.step(_actions(2))
+        interrupted_while_held = not os.path.exists(release.path)
+        caught.set()
+        interrupter.join()
+        assert interrupted_while_held, "the step ran to its end: the Ctrl-C waited for the workers"
+        out = env.step(_actions(2, 2.0))
+        assert out["next", "observation"][:, 1].tolist() == [2.0, 2.0]
+    finally:
+        caught.set()
+        release.open()
+        env.close()
+
+
+@pytest.mark.parametrize("loop_name", list(LOOP_FACTORIES))
+def test_a_worker_killed_while_a_sync_step_waits_fails_that_step(
+    loop_name: str, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker process dies while the private loop waits outside the loop for it (for up to a
+    minute here): its death is read there, and the step fails with it at once."""
+    monkeypatch.setattr(aenvs._loop, "_WAIT_OUTSIDE", 60.0)
+    started, release = Gate(str(tmp_path)), Gate(str(tmp_path))
+    env = SerialEnv(
+        2,
+        holding_env_fn(started, release),
+        executor="process",
+        envs_per_worker=1,
+        loop_factory=LOOP_FACTORIES[loop_name],
+    )
+    try:
+        env.reset()
+        pid = env.pool.executor.pids[0]  # pyright: ignore[reportAttributeAccessIssue]
+        killer = threading.Thread(target=lambda: started.wait(30) and os.kill(pid, signal.SIGKILL))
+        killer.start()
+        began = time.monotonic()
+        with pytest.raises(EnvError) as failed:
+            env.step(_actions(2))
+        killer.join()
+        assert time.monotonic() - began < 30.0, "the step outlived its worker by the wait's minute"
+        assert failed.value.env_index == 0 and "died" in str(failed.value)
+    finally:
+        release.open()
         env.close()
 
 
