@@ -63,11 +63,11 @@ pytest: $(VENV)/.installed-test
 pytest-torchrl: $(TORCHRL_VENV)/.installed
 	AENVS_REQUIRE_TORCHRL=1 $(TORCHRL_VENV)/bin/python -m pytest -q -m torchrl
 
-# the checks run while the TorchRL venv installs (two jobs, each one's output in one piece),
-# then the two test suites
+# the checks run while the TorchRL venv installs, then the two test suites side by side
+# (two jobs each time, each one's output in one piece)
 test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target checks $(TORCHRL_VENV)/.installed
-	$(MAKE) --no-print-directory pytest pytest-torchrl
+	$(MAKE) --no-print-directory -j2 --output-sync=target pytest pytest-torchrl
 
 checks: lint typecheck docs-build package
 
