@@ -22,7 +22,7 @@ from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 from aenvs._buffers import Buffers
 from aenvs._commands import Completion
 from aenvs._extras import nest, put, stack_extras, to_td_value
-from aenvs._gathering import Inputs, gather_dense, numpy_view
+from aenvs._gathering import SentInputs, gather_dense, numpy_view
 from aenvs._layout import TIMED_OUT
 from aenvs._object_actions import ObjectActions
 from aenvs._specs import OBJECT, EnvSpec, Key, Leaf
@@ -296,10 +296,12 @@ class Batcher:
             td.set("env_index", env_index)
         return td
 
-    def _inputs(self, inputs: Sequence[Inputs], env_rows: npt.NDArray[np.int64] | None) -> TensorDictBase:
+    def _inputs(self, inputs: SentInputs, env_rows: npt.NDArray[np.int64] | None) -> TensorDictBase:
         """The sent entries of a batch, whose envs may have been sent in different batches
         (``env_rows``: the batch's envs as buffer rows, None for every env in order). Its
         "env_index" may be left out: the batch sets its own."""
+        if isinstance(inputs, TensorDictBase):  # sent in one batch, all its rows
+            return inputs
         first = inputs[0][0]
         single = all(td is first for td, _ in inputs)
         if single:
@@ -342,7 +344,7 @@ class Batcher:
         rows, env_index = self._index(indices)
         return self._rows(indices, 0, [c.extras for c in completions], rows, env_index)
 
-    def step_batch(self, completions: Sequence[Completion], inputs: Sequence[Inputs]) -> TensorDictBase:
+    def step_batch(self, completions: Sequence[Completion], inputs: SentInputs) -> TensorDictBase:
         """TorchRL's step layout: the sent entries at the root, the results under "next"."""
         indices = [c.env_index for c in completions]
         return self._step_batch(completions, inputs, indices, *self._index(indices))
@@ -350,7 +352,7 @@ class Batcher:
     def _step_batch(
         self,
         completions: Sequence[Completion],
-        inputs: Sequence[Inputs],
+        inputs: SentInputs,
         indices: list[int],
         rows: npt.NDArray[np.int64] | None,
         env_index: torch.Tensor,
@@ -422,14 +424,17 @@ class Batcher:
         return columns
 
     def step_and_reset_batch(
-        self, completions: Sequence[Completion], inputs: Sequence[Inputs]
+        self, completions: Sequence[Completion], inputs: SentInputs
     ) -> tuple[TensorDictBase, TensorDictBase]:
         """``step_batch``, and the next step's input: reset observations where an episode ended."""
         indices = [c.env_index for c in completions]
         rows, env_index = self._index(indices)
         out = self._step_batch(completions, inputs, indices, rows, env_index)
         # its own env_index: the caller may write into one of the two
-        second_index = env_index.clone() if self.batch_shape else from_numpy(env_index.numpy().copy())
+        if self.batch_shape:
+            second_index = env_index.clone()
+        else:
+            second_index = from_numpy((self._arange_np if rows is None else rows).copy())
         nxt = self._rows(indices, 0, [c.reset_extras for c in completions], rows, second_index)
         return out, nxt
 

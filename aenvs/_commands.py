@@ -120,6 +120,11 @@ class RemoteError:
         """The error of a command that outlived its timeout (an :class:`EnvTimeoutError`)."""
         return cls(_TIMED_OUT, f"EnvTimeoutError: {description}\n")
 
+    @property
+    def interrupted(self) -> bool:
+        """Whether this is a KeyboardInterrupt (Ctrl-C) that reached the env's code."""
+        return self.exc_type == _INTERRUPTED
+
     def to_exception(self, env_index: int, command: str, executor: str = "") -> EnvError:
         """The EnvError (EnvCrashedError, EnvTimeoutError) this stands for, raised for ``env_index``."""
         cls = (
@@ -129,6 +134,7 @@ class RemoteError:
 
 
 _CRASHED, _TIMED_OUT = "aenvs._errors.EnvCrashedError", "aenvs._errors.EnvTimeoutError"
+_INTERRUPTED = f"{KeyboardInterrupt.__module__}.{KeyboardInterrupt.__qualname__}"
 
 
 @dataclass(slots=True)

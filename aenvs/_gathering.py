@@ -19,9 +19,12 @@ from aenvs._extras import put
 from aenvs._specs import Key
 from aenvs._tensors import flat_entries, from_numpy, non_tensor_row, non_tensor_stack, td_items, td_unchecked
 
-__all__ = ["Inputs", "gather_dense", "numpy_view"]
+__all__ = ["Inputs", "SentInputs", "gather_dense", "numpy_view"]
 
 Inputs = tuple[TensorDictBase, int]  # the batch an env's command came in, and its row there
+#: what the results of a receive were sent with: per env, its batch and row there; or the one
+#: batch whose rows they all are, in order (a whole-batch call's)
+SentInputs = Sequence[Inputs] | TensorDictBase
 _ENV_INDEX = ("env_index",)
 
 

@@ -12,7 +12,7 @@ import asyncio
 import inspect
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -29,6 +29,7 @@ __all__ = ["EnvRunner", "answers", "drive"]
 T = TypeVar("T")
 _REWARD, _DONE, _TERMINATED, _TRUNCATED = ("reward",), ("done",), ("terminated",), ("truncated",)
 _FLAGS = (_DONE, _TERMINATED, _TRUNCATED)
+_StepTuple = tuple[Any, Any, Any, Any, Any]  # what a gymnasium env's step returns
 _STEP, _SMR = CommandKind.STEP, CommandKind.STEP_AND_RESET  # looked up once: every step compares them
 
 
@@ -56,8 +57,11 @@ class _Slot:
     # a native env with one observation entry at its root: that entry's name and step row
     plain_name: str | None = None
     plain_row: np.ndarray | None = None
-    # a plain gymnasium env with an array observation: its step_result and observation row
-    step_result: Any = None
+    # a plain gymnasium env with an array observation: its env's step, its action reader
+    # (row -> the action as the env's space expects it) and its observation row
+    env_step: Any = None
+    read_action: Any = None
+    row: int = 0
     array_row: np.ndarray | None = None
     # an env with a batch shape of its own: its reset of the sub-envs that ended, else None
     autoreset: Any = None
@@ -84,7 +88,7 @@ class _Slot:
             reset_row[...] = step_row
 
     def attach(self, rows: EnvRows) -> None:
-        self.rows = rows
+        self.rows, self.row = rows, rows.row
         step = rows.step
         self.reward, self.done = step[_REWARD], step[_DONE]
         self.terminated, self.truncated = step[_TERMINATED], step[_TRUNCATED]
@@ -92,9 +96,10 @@ class _Slot:
         self.plain_row = None if self.plain_name is None else step[(self.plain_name,)]
         array_key: Key | None = getattr(self.adapter, "array_observation", None)
         if array_key is not None and array_key in step:
-            self.step_result, self.array_row = self.adapter.step_result, step[array_key]
+            self.env_step, self.array_row = self.adapter.env.step, step[array_key]
+            self.read_action = self.adapter.action_reader(rows.action)
         else:
-            self.step_result = self.array_row = None
+            self.env_step = self.read_action = self.array_row = None
         self.reset_flags = (rows.reset[_DONE], rows.reset[_TERMINATED], rows.reset[_TRUNCATED])
         self.autoreset = getattr(self.adapter, "autoreset", None)
         if self.autoreset is not None:
@@ -180,53 +185,62 @@ class EnvRunner:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
             return self._loop.run_until_complete(self.execute_async(command))
-        run_now = self.run_now
-        return [run_now(i, command) for i in command.env_indices]
+        return self.run_plain(command)
 
-    def run_now(self, i: int, command: Command) -> Completion:
-        """:meth:`execute_one` for a plain (not async) env, run to its end now.
+    def run_plain(self, command: Command, stop_at_interrupt: bool = False) -> list[Completion]:
+        """Run ``command`` on its envs (plain ones, not async), env after env, to their ends now.
 
-        A gymnasium env's step (the hot path of every executor) runs here without a
-        coroutine, its results written straight into its rows.
+        A step of a gymnasium env whose observation is one array (the hot path of every
+        executor) runs in this loop itself: its action read from its row, ``env.step``
+        called, its results written straight into its rows. ``stop_at_interrupt``: stop
+        after an env whose command raised KeyboardInterrupt (answered as its error), leaving
+        the envs after it unanswered.
         """
         kind = command.kind
-        if (kind is _STEP or kind is _SMR) and command.object_actions is None:
-            slot = self._slots[i]
-            if slot.step_result is not None:
-                try:
-                    return self._step_array_env(i, kind, slot)
-                except Exception as exc:
-                    return Completion(i, kind, error=RemoteError.capture(exc))
-                except (KeyboardInterrupt, SystemExit, GeneratorExit) as exc:  # the env's: see execute_one
-                    return Completion(i, kind, error=RemoteError.capture(exc))
-        return drive(self.execute_one(i, command))
-
-    def _step_array_env(self, i: int, kind: CommandKind, slot: _Slot) -> Completion:
-        """Step a plain gymnasium env whose observation is one array (``slot.step_result``)."""
-        rows = slot.rows
-        assert rows is not None
-        obs, reward, terminated, truncated, info = slot.step_result(rows.action, rows.row)
-        view = slot.array_row
-        assert view is not None
-        if type(obs) is np.ndarray and obs.shape == view.shape:
-            reward, terminated, truncated = reward_value(reward), bool(terminated), bool(truncated)
-            done = terminated or truncated
-            view[...] = obs
-            slot.write_scalars(reward, terminated, truncated, done)
-            extras = _with_info(None, info) if info else None
-        else:  # not the array the space says: the general path, and its errors
-            out = slot.adapter.outcome((obs, reward, terminated, truncated, info), True)
-            done = out.terminated or out.truncated
-            extras = self._write_step(slot, out, done)
-        completion = Completion(i, kind, None, extras, None, done)
-        if kind is _SMR:
-            if done:
-                completion.reset_extras = self._write_reset(slot, slot.adapter.reset(None, None))
-                completion.was_reset = True
-            else:
-                slot.carry_observation()
-                completion.reset_extras = extras
-        return completion
+        slots, done_list = self._slots, list[Completion]()
+        smr = kind is _SMR
+        array_steps = (kind is _STEP or smr) and command.object_actions is None
+        for i in command.env_indices:
+            slot = slots[i]
+            env_step = slot.env_step if array_steps else None
+            try:
+                if env_step is None:
+                    completion = drive(self.execute_one(i, command))
+                else:
+                    out: Any = env_step(slot.read_action(slot.row))
+                    if type(out) is not tuple or len(out) != 5:  # pyright: ignore[reportUnknownArgumentType]
+                        out = slot.adapter.step_tuple(out)
+                    obs, reward, terminated, truncated, info = cast(_StepTuple, out)
+                    view = slot.array_row
+                    if type(obs) is np.ndarray and obs.shape == view.shape:  # pyright: ignore[reportOptionalMemberAccess]
+                        reward, terminated, truncated = (
+                            reward_value(reward),
+                            bool(terminated),
+                            bool(truncated),
+                        )
+                        done = terminated or truncated
+                        view[...] = obs  # pyright: ignore[reportOptionalSubscript]
+                        slot.write_scalars(reward, terminated, truncated, done)
+                        extras = _with_info(None, info) if info else None
+                    else:  # not the array the space says: the general path, and its errors
+                        outcome = slot.adapter.outcome(out, True)
+                        done = outcome.terminated or outcome.truncated
+                        extras = self._write_step(slot, outcome, done)
+                    completion = Completion(i, kind, None, extras, extras if smr else None, done)
+                    if smr:
+                        if done:
+                            completion.reset_extras = self._write_reset(slot, slot.adapter.reset(None, None))
+                            completion.was_reset = True
+                        else:
+                            for reset_row, step_row in slot.carry:  # the episode goes on
+                                reset_row[...] = step_row
+            except BaseException as exc:  # the env's own (a plain env may raise anything, even
+                # KeyboardInterrupt or CancelledError): its error, like any other
+                completion = Completion(i, kind, error=RemoteError.capture(exc))
+            done_list.append(completion)
+            if stop_at_interrupt and completion.error is not None and completion.error.interrupted:
+                break
+        return done_list
 
     async def execute_async(self, command: Command) -> list[Completion]:
         """Run ``command`` on its envs hosted here concurrently, on the running loop."""

@@ -48,21 +48,25 @@ class Gate:
 
 
 class GatedEnv(EchoEnv):
-    """EchoEnv whose step waits (off the loop) until the test opens its gate."""
+    """EchoEnv whose step waits (off the loop) until the test opens its gate; with
+    ``fail_at_once``, a negative action fails at once instead."""
 
-    def __init__(self, gate: Gate, env_index: int = 0) -> None:
+    def __init__(self, gate: Gate, env_index: int = 0, fail_at_once: bool = False) -> None:
         super().__init__(env_index=env_index)
         self.gate = gate
+        self.fail_at_once = fail_at_once
 
     async def step(self, td: TensorDictBase) -> TensorDictBase:  # type: ignore[override]
+        if self.fail_at_once and float(td["action"].item()) < 0:
+            return self._advance(td)  # raises
         opened = await asyncio.to_thread(self.gate.wait)
         assert opened, "the test never opened the gate"
         return self._advance(td)
 
 
-def gated_env_fns(num_envs: int, gate: Gate) -> list[Any]:
+def gated_env_fns(num_envs: int, gate: Gate, *, fail_at_once: bool = False) -> list[Any]:
     def make(ctx: EnvContext) -> GatedEnv:
-        return GatedEnv(gate, ctx.env_index)
+        return GatedEnv(gate, ctx.env_index, fail_at_once)
 
     return [make] * num_envs
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -44,7 +44,7 @@ class GymAdapter:
         self._async_step = lifted(env, "step") if self.is_async else None
         self._async_reset = lifted(env, "reset") if self.is_async else None
         #: where a plain env's array observation goes (its one entry): the runner then steps
-        #: it through :meth:`step_result` and writes the observation itself; None otherwise
+        #: it in its own loop and writes the observation itself; None otherwise
         self.array_observation: Key | None = None
         if not self.is_async and isinstance(self._obs_space, gym.spaces.Box):
             self.array_observation = self._obs_root
@@ -74,30 +74,31 @@ class GymAdapter:
             raise _not_a_result(self.env, "reset", out) from None
         return Outcome(self._items(obs), info=info)
 
-    def _action(self, actions: Mapping[Key, np.ndarray], row: int) -> Any:
-        """The action of ``row`` as the env's action space expects it."""
-        if self._actions is not actions:  # first step: compile the reader for these buffers
+    def action_reader(self, actions: Mapping[Key, np.ndarray]) -> Callable[[int], Any]:
+        """A function reading the action of a row of ``actions`` as the env's space expects it."""
+        if self._actions is not actions:  # compiled once for these buffers
             self._read_action = action_reader(self._action_space, actions)
             self._actions = actions
-        return self._read_action(row)
+        return self._read_action
 
     def step(self, actions: Mapping[Key, np.ndarray], row: int) -> Any:
         """An Outcome, or for a coroutine env an awaitable of the 5-tuple of ``env.step``."""
+        action = self.action_reader(actions)(row)
         if self._async_step is not None:
-            return self._async_step(self._action(actions, row))
-        obs, reward, terminated, truncated, info = self.step_result(actions, row)
+            return self._async_step(action)
+        obs, reward, terminated, truncated, info = self.step_tuple(self.env.step(action))
         return Outcome(self._items(obs), reward_value(reward), bool(terminated), bool(truncated), info)
 
-    def step_result(self, actions: Mapping[Key, np.ndarray], row: int) -> tuple[Any, Any, Any, Any, Any]:
-        """A plain env's ``env.step`` 5-tuple for the action of ``row``, not laid out yet."""
-        out = self.env.step(self._action(actions, row))
-        if type(out) is not tuple or len(out) != 5:  # pyright: ignore[reportUnknownArgumentType]
-            try:
-                obs, reward, terminated, truncated, info = out
-            except TypeError:
-                raise _not_a_result(self.env, "step", out) from None
-            return obs, reward, terminated, truncated, info
-        return out  # pyright: ignore[reportUnknownVariableType]
+    def step_tuple(self, out: Any) -> tuple[Any, Any, Any, Any, Any]:
+        """What a plain env's ``env.step`` returned, as its 5-tuple, or the error that says
+        what it returned instead."""
+        if type(out) is tuple and len(out) == 5:  # pyright: ignore[reportUnknownArgumentType]
+            return cast("tuple[Any, Any, Any, Any, Any]", out)
+        try:
+            obs, reward, terminated, truncated, info = cast(Any, out)
+        except TypeError:
+            raise _not_a_result(self.env, "step", out) from None
+        return obs, reward, terminated, truncated, info
 
     def seed(self, seed: int | None) -> Any:
         if self._async_reset is not None:

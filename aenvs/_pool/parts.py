@@ -264,9 +264,9 @@ class PoolParts:
 
     def step_columns(self, picked: list[Completion], batcher: Batcher) -> dict[tuple[str, ...], Any]:
         """Step results as columns (see :meth:`AsyncEnvPool.async_step_recv_columns`)."""
-        inputs = self.slots.pop_inputs(picked) if picked else []
         if not picked:
             return {("env_index",): np.zeros(0, np.int64)}
+        inputs = self.slots.pop_inputs(picked)
         plain = batcher.step_columns(picked)
         if plain is not None:
             return plain

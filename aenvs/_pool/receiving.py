@@ -108,11 +108,11 @@ class Receiver:
         if waiting:
             self.receives.check_beside_others(kind, wanted, min_get)
         self._drain()
-        picked = self._take_unheld(None, kind, max_get) if shared else slots.take(kind, wanted, max_get)
+        picked = self._take_now(kind, wanted, min_get, max_get, shared)
         if len(picked) < min_get:
             self._executor.flush()  # about to wait: what the executor left for later can run now
             self._drain()
-            picked = self._take_unheld(None, kind, max_get) if shared else slots.take(kind, wanted, max_get)
+            picked = self._take_now(kind, wanted, min_get, max_get, shared)
         if len(picked) < min_get:
             receiving = self._wait_for(Receive(kind, wanted, min_get), max_get)
             # wait_for, not asyncio.timeout: the sync shim runs a call's first step outside a task
@@ -146,6 +146,14 @@ class Receiver:
         if not slots.ready:
             await (arrival() if timeout is None else asyncio.wait_for(arrival(), timeout))
 
+    def _take_now(
+        self, kind: CommandKind, wanted: list[int] | None, min_get: int, max_get: int | None, shared: bool
+    ) -> list[Completion]:
+        """What a receive takes without waiting (nothing if it could not get ``min_get``)."""
+        if not self._slots.may_take(min_get):  # a send just went out: nothing to look through
+            return []
+        return self._take_unheld(None, kind, max_get) if shared else self._slots.take(kind, wanted, max_get)
+
     def _take_unheld(
         self, receive: Receive | None, kind: CommandKind, max_get: int | None
     ) -> list[Completion]:
@@ -161,13 +169,18 @@ class Receiver:
         kind, wanted, min_get = receive.kind, receive.wanted, receive.min_get
         receives, slots = self.receives, self._slots
         receives.add(receive)
+        losses = slots.losses
         try:
             while True:
                 await self._executor.wait_ready()
                 if self._closed():
                     raise PoolClosedError("the pool was closed while waiting")
                 self._drain()
-                receives.check_still_possible(receive)
+                if slots.losses != losses:  # some results will never come: can this one still be met?
+                    losses = slots.losses
+                    receives.check_still_possible(receive)
+                if not slots.may_take(min_get):  # the usual wake-up: part of the batch is in
+                    continue
                 if wanted is None and len(receives.waiting) > 1:
                     picked = self._take_unheld(receive, kind, max_get)
                 else:

@@ -17,7 +17,7 @@ from tensordict import TensorDictBase
 from aenvs._commands import TRANSITIONS, CommandKind, Completion
 from aenvs._env import EnvState
 from aenvs._errors import EnvBusyError
-from aenvs._gathering import Inputs
+from aenvs._gathering import Inputs, SentInputs
 from aenvs._pool.latency import MASK, SHIFT, LatencyWindows
 
 __all__ = ["SlotTable"]
@@ -81,6 +81,11 @@ class SlotTable:
         self.latency_sum = [0.0] * num_envs
         self.latency_last = [0.0] * num_envs
         self.errors = [0] * num_envs
+        self.failed_ready = 0  # transition results in ``ready`` that are errors
+        # results that will never be received, counted: dropped (their caller gave up), or
+        # withdrawn or cleared as the pool closed; a waiting receive checks that it can
+        # still be satisfied only when this moved
+        self.losses = 0
 
     # -- sending ---------------------------------------------------------------------
 
@@ -120,6 +125,7 @@ class SlotTable:
         for i in indices:
             pending[i] = None
         self.in_flight -= len(indices)
+        self.losses += len(indices)
         self.outstanding[kind] -= len(indices)
 
     def keep_inputs(self, td: TensorDictBase, indices: Sequence[int]) -> None:
@@ -172,6 +178,7 @@ class SlotTable:
             ready[i] = c
             if c.error is not None:
                 self.errors[i] += 1
+                self.failed_ready += 1
                 states[i] = _ERROR
                 continue
             latency = now - dispatched_at[i]
@@ -187,6 +194,11 @@ class SlotTable:
             states[i] = _DONE if c.done and not c.was_reset else _RUN
 
     # -- taking results --------------------------------------------------------------
+
+    def may_take(self, min_get: int) -> bool:
+        """Whether a take of at least ``min_get`` results could succeed, or raise an error,
+        now (False: not enough results are ready, none of them an error)."""
+        return len(self.ready) >= min_get or self.failed_ready > 0
 
     def check_due(self, kind: CommandKind, wanted: Sequence[int]) -> None:
         """Raise ValueError for the first env of ``wanted`` with no ``kind`` in flight or ready."""
@@ -238,6 +250,7 @@ class SlotTable:
 
     def _raise(self, i: int) -> None:
         c = self.ready.pop(i)
+        self.failed_ready -= 1
         self.inputs[i] = None
         self.taken_at[i] = time.perf_counter()
         self.outstanding[c.kind] -= 1
@@ -253,9 +266,21 @@ class SlotTable:
             taken[i] = now
         self.outstanding[kind] -= len(picked)
 
-    def pop_inputs(self, picked: Sequence[Completion]) -> list[Inputs]:
-        """The inputs kept for the results ``picked`` (batch and row), forgotten here."""
+    def pop_inputs(self, picked: Sequence[Completion]) -> SentInputs:
+        """The inputs kept for the results ``picked`` (batch and row), forgotten here: the
+        batch itself when they are all its rows, in order."""
         inputs, rows = self.inputs, self.input_rows
+        first = inputs[picked[0].env_index]
+        for row, c in enumerate(picked):
+            i = c.env_index
+            if inputs[i] is not first or rows[i] != row:
+                break
+        else:
+            assert first is not None
+            if first.batch_size[0] == len(picked):
+                for c in picked:
+                    inputs[c.env_index] = None
+                return first
         popped: list[Inputs] = []
         for c in picked:
             i = c.env_index
@@ -271,11 +296,16 @@ class SlotTable:
         self.outstanding[c.kind] -= 1
         self.inputs[i] = None
         self.taken_at[i] = 0.0  # nobody took it: no wait for the caller to measure
+        self.losses += 1
+        if c.error is not None:
+            self.failed_ready -= 1
 
     def clear(self) -> None:
         """Forget every state, ready result and input (the pool closed)."""
         self.states[:] = [EnvState.VOID] * self.num_envs
         self.ready.clear()
+        self.failed_ready = 0
+        self.losses += 1
         self.inputs[:] = [None] * self.num_envs
 
     # -- answers to calls ------------------------------------------------------------

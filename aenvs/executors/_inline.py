@@ -193,7 +193,7 @@ class InlineExecutor(Executor):
     def _answer(self, completion: Completion) -> None:
         """Queue a coroutine env's answer (and the KeyboardInterrupt it raised, see :meth:`poll`)."""
         self._push_one(completion)
-        if _is_interrupt(completion):
+        if completion.error is not None and completion.error.interrupted:
             self._interrupt = _interrupt_for(completion)
 
     def poll(self) -> list[Completion]:
@@ -299,19 +299,13 @@ class InlineExecutor(Executor):
         to the caller through :meth:`poll`), the envs not run yet stay queued: they run at
         the loop's next turn, or when a receive flushes, so every env is answered once.
         """
-        done: list[Completion] = []
-        indices = command.env_indices
-        for n, i in enumerate(indices):
-            try:
-                completion = runner.run_now(i, command)
-            except BaseException as exc:  # not one the runner answers (a plain env raising CancelledError)
-                completion = Completion(i, command.kind, error=RemoteError.capture(exc))
-            done.append(completion)
-            if completion.error is not None and _is_interrupt(completion):
-                self._interrupt = _interrupt_for(completion)
-                if n + 1 < len(indices):
-                    self._plain.appendleft(command.subset(indices[n + 1 :]))
-                break
+        done = runner.run_plain(command, stop_at_interrupt=True)
+        last = done[-1].error if done else None
+        if last is not None and last.interrupted:
+            self._interrupt = _interrupt_for(done[-1])
+            indices = command.env_indices
+            if len(done) < len(indices):
+                self._plain.appendleft(command.subset(indices[len(done) :]))
         self._push(done)
 
     # -- restarts: a coroutine env can be given up on; a plain one blocks the loop while it runs
@@ -390,14 +384,6 @@ class InlineExecutor(Executor):
         if coro is not None:
             _close(coro)
         return env.task
-
-
-_KEYBOARD_INTERRUPT = RemoteError.capture(KeyboardInterrupt()).exc_type
-
-
-def _is_interrupt(completion: Completion) -> bool:
-    error = completion.error
-    return error is not None and error.exc_type == _KEYBOARD_INTERRUPT
 
 
 def _interrupt_for(completion: Completion) -> KeyboardInterrupt:

@@ -202,7 +202,7 @@ class EnvHost:
         if threads is None:  # one env, or concurrent=False: on the actor's loop
             if runner.has_async:
                 return await runner.execute_async(command)
-            return [runner.run_now(i, command) for i in indices]
+            return runner.run_plain(command)
         loop = asyncio.get_running_loop()
         results = await asyncio.gather(
             *(

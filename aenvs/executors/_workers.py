@@ -71,6 +71,7 @@ class WorkerGroupExecutor(Executor, Generic[W]):
         self.close_timeout = close_timeout
         self._workers: list[W] = []
         self._worker_of: list[W] = []  # by env index
+        self._every_env: list[int] = []  # the envs of every worker, in order
         self._specs: list[EnvSpec] = []
         self._recipe: tuple[Sequence[EnvFn], Sequence[int | None], Mapping[int, Mapping[str, Any]]] = (
             (),
@@ -154,6 +155,7 @@ class WorkerGroupExecutor(Executor, Generic[W]):
             self._pickled = {w.index: self._pickle_recipe(w.env_indices) for w in workers}
         self._workers = workers
         self._worker_of = [w for w in workers for _ in w.env_indices]
+        self._every_env = [i for w in workers for i in w.env_indices]
 
     # -- recipes ------------------------------------------------------------------------
 
@@ -204,10 +206,14 @@ class WorkerGroupExecutor(Executor, Generic[W]):
         """``command`` per live worker hosting some of its envs (the command itself when one
         worker hosts them all); envs on a dead worker are answered with a crash at the loop's
         next turn (:meth:`_answer_dead`)."""
-        by_worker: dict[int, list[int]] = {}
-        worker_of = self._worker_of
-        for i in command.env_indices:
-            by_worker.setdefault(worker_of[i].index, []).append(i)
+        worker_of, indices = self._worker_of, command.env_indices
+        by_worker: dict[int, list[int]]
+        if len(indices) == len(worker_of) and indices == self._every_env:  # each worker's own envs
+            by_worker = {w.index: list(w.env_indices) for w in self._workers}
+        else:
+            by_worker = {}
+            for i in indices:
+                by_worker.setdefault(worker_of[i].index, []).append(i)
         whole = len(by_worker) == 1
         parts: list[tuple[W, Command]] = []
         for index, env_indices in by_worker.items():

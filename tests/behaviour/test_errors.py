@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import torch
 from tensordict import TensorDict, lazy_stack
 
 from aenvs import AenvsError, EnvBusyError, EnvError, EnvState
 from aenvs.testing import echo_env_fns
-from tests.helpers import actions
+from tests.faults.support import WAIT
+from tests.helpers import Gate, actions, gated_env_fns
 
 
 async def _still_usable(pool, n: int) -> None:
@@ -39,6 +42,26 @@ async def test_env_exception_is_env_error_and_others_are_unaffected(make_pool) -
     assert pool.stats().errors == [0, 1, 0]
     await pool.reset()
     await _still_usable(pool, 3)
+
+
+async def test_an_env_error_is_raised_while_the_others_of_the_receive_still_step(
+    make_pool, executor: str, tmp_path
+) -> None:
+    gate = Gate(str(tmp_path))
+    one_each = {} if executor == "inline" else {"envs_per_worker": 1}  # env 0 answers alone
+    pool = await make_pool(gated_env_fns(3, gate, fail_at_once=True), **one_each)
+    await pool.reset()
+    await pool.async_step_send(actions([-1, 1, 1]))
+    try:
+        with pytest.raises(EnvError) as info:  # envs 1 and 2 wait for the gate meanwhile
+            async with asyncio.timeout(WAIT):
+                await pool.async_step_recv(min_get=3)
+        assert (info.value.env_index, info.value.command) == (0, "step")
+    finally:
+        gate.open()
+    async with asyncio.timeout(WAIT):
+        out = await pool.async_step_recv(min_get=2)
+    assert out["env_index"].tolist() == [1, 2]
 
 
 async def test_env_error_in_step_and_maybe_reset_and_whole_batch_step(make_pool) -> None:

@@ -152,6 +152,34 @@ def test_an_action_the_dtype_cannot_hold_is_not_wrapped_around() -> None:
 COROUTINE_ID = "aenvs-tests/Coroutine-v0"
 
 
+class BaseExceptionEnv(gym.Env):
+    """Observes its last action; action 2 raises CancelledError (a BaseException) in its step."""
+
+    observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
+    action_space = spaces.Discrete(3)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict]:
+        if action == 2:
+            raise asyncio.CancelledError("raised by the env itself")
+        return np.full(1, action, np.float32), 0.0, False, False, {}
+
+
+async def test_an_env_raising_a_base_exception_fails_alone_among_its_workers_envs(make_pool) -> None:
+    pool = await make_pool([BaseExceptionEnv] * 3, envs_per_worker=3)  # one worker hosts all three
+    await pool.reset()
+    await pool.async_step_send(TensorDict(action=torch.tensor([1, 2, 1]), batch_size=[3]))
+    with pytest.raises(EnvError) as info:
+        await pool.async_step_recv(min_get=3)
+    assert (info.value.env_index, info.value.exc_type) == (1, "asyncio.exceptions.CancelledError")
+    out = await pool.async_step_recv(min_get=2)  # its neighbours stepped as usual
+    assert out["env_index"].tolist() == [0, 2]
+    assert out["next", "observation"].flatten().tolist() == [1.0, 1.0]
+
+
 class CoroutineEnv(gym.Env):
     """``async def`` reset and step that really suspend; the observation is (t, action, resets)
     and an episode ends (terminated) after ``length`` steps."""

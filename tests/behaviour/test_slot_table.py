@@ -170,11 +170,30 @@ def test_inputs_are_kept_by_row_and_popped_with_the_results() -> None:
     table.keep_inputs(batch, [2, 0])
     table.sent(STEP, [2, 0], now=0.0)
     table.record([Completion(0, STEP), Completion(2, STEP)], now=1.0)
-    picked = table.take(STEP, [2, 0], None)
+    picked = table.take(STEP, [0, 2], None)  # not in the order they were sent
     table.consume(STEP, picked)
     popped = table.pop_inputs(picked)
-    assert [(td is batch, row) for td, row in popped] == [(True, 0), (True, 1)]
+    assert isinstance(popped, list)
+    assert [(td is batch, row) for td, row in popped] == [(True, 1), (True, 0)]
     assert table.inputs == [None, None, None]
+
+
+def test_results_that_are_every_row_of_their_batch_in_order_pop_that_batch() -> None:
+    table = SlotTable(3)
+    batch = TensorDict({"action": torch.tensor([5, 6])}, [2])
+    table.keep_inputs(batch, [2, 0])
+    table.sent(STEP, [2, 0], now=0.0)
+    table.record([Completion(0, STEP), Completion(2, STEP)], now=1.0)
+    picked = table.take(STEP, [2, 0], None)  # both, in the order of the batch: the batch
+    table.consume(STEP, picked)
+    assert table.pop_inputs(picked) is batch
+    assert table.inputs == [None, None, None]
+    table.keep_inputs(batch, [2, 0])
+    table.sent(STEP, [2, 0], now=2.0)
+    table.record([Completion(0, STEP), Completion(2, STEP)], now=3.0)
+    picked = table.take(STEP, [2], None)  # one row of it: that row
+    table.consume(STEP, picked)
+    assert table.pop_inputs(picked) == [(batch, 0)]
 
 
 def test_check_due_names_an_env_with_nothing_of_that_kind() -> None:
