@@ -232,8 +232,7 @@ class EnvRunner:
                             completion.reset_extras = self._write_reset(slot, slot.adapter.reset(None, None))
                             completion.was_reset = True
                         else:
-                            for reset_row, step_row in slot.carry:  # the episode goes on
-                                reset_row[...] = step_row
+                            slot.carry_observation()
             except BaseException as exc:  # the env's own (a plain env may raise anything, even
                 # KeyboardInterrupt or CancelledError): its error, like any other
                 completion = Completion(i, kind, error=RemoteError.capture(exc))

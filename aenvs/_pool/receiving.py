@@ -147,12 +147,21 @@ class Receiver:
             await (arrival() if timeout is None else asyncio.wait_for(arrival(), timeout))
 
     def _take_now(
-        self, kind: CommandKind, wanted: list[int] | None, min_get: int, max_get: int | None, shared: bool
+        self,
+        kind: CommandKind,
+        wanted: list[int] | None,
+        min_get: int,
+        max_get: int | None,
+        shared: bool,
+        receive: Receive | None = None,
     ) -> list[Completion]:
-        """What a receive takes without waiting (nothing if it could not get ``min_get``)."""
-        if not self._slots.may_take(min_get):  # a send just went out: nothing to look through
+        """What a receive (``receive`` if it waits already) takes now: nothing if it could not
+        get ``min_get``; with ``shared``, only what other waiting receives do not hold."""
+        if not self._slots.may_take(min_get):  # part of a batch is in, or none: nothing to look through
             return []
-        return self._take_unheld(None, kind, max_get) if shared else self._slots.take(kind, wanted, max_get)
+        return (
+            self._take_unheld(receive, kind, max_get) if shared else self._slots.take(kind, wanted, max_get)
+        )
 
     def _take_unheld(
         self, receive: Receive | None, kind: CommandKind, max_get: int | None
@@ -179,12 +188,8 @@ class Receiver:
                 if slots.losses != losses:  # some results will never come: can this one still be met?
                     losses = slots.losses
                     receives.check_still_possible(receive)
-                if not slots.may_take(min_get):  # the usual wake-up: part of the batch is in
-                    continue
-                if wanted is None and len(receives.waiting) > 1:
-                    picked = self._take_unheld(receive, kind, max_get)
-                else:
-                    picked = slots.take(kind, wanted, max_get)
+                shared = wanted is None and len(receives.waiting) > 1
+                picked = self._take_now(kind, wanted, min_get, max_get, shared, receive)
                 if len(picked) >= min_get:
                     slots.consume(kind, picked)
                     return picked
