@@ -5,7 +5,7 @@ start in a fraction of a second and stay small. The protocol on the pipe:
 
     (forked by :mod:`aenvs._zygote` with the env factories already unpickled)
     worker -> parent   ("built", {env_index: EnvSpec}) or ("failed", EnvError)
-    parent -> worker   (all specs, arena size, close timeout), then the arena's fd (SCM_RIGHTS)
+    parent -> worker   (all specs, arena size, close timeout, spin wait), then the arena's fd (SCM_RIGHTS)
     parent -> worker   Command, ...; None to stop
     worker -> parent   [Completion, ...] per command (results sit in shared memory)
 
@@ -21,8 +21,10 @@ import contextlib
 import ctypes
 import os
 import pickle
+import select
 import signal
 import sys
+import time
 from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from typing import Any
@@ -31,6 +33,7 @@ from aenvs._commands import Completion, RemoteError, pack
 from aenvs._errors import EnvError
 from aenvs._runner import EnvRunner
 from aenvs._shm import SharedArena
+from aenvs._spinning import SpinWait
 
 __all__ = ["WORKER_ENV_VAR", "worker_main"]
 
@@ -102,18 +105,26 @@ def worker_main(pipe_fd: int, env_args: tuple[Any, Any, Any], worker_index: int,
             conn.send_bytes(pickle.dumps(("failed", err)))
             return
         conn.send_bytes(pickle.dumps(("built", runner.specs)))
-        specs, size, runner.close_timeout = pickle.loads(conn.recv_bytes())
+        specs, size, runner.close_timeout, spin_wait = pickle.loads(conn.recv_bytes())
         arena = SharedArena.attach(reduction.recv_handle(conn), size, specs)
         arena.close_fd()
         runner.attach({i: arena.buffers.rows(i) for i in runner.env_indices})
+        spin, poller = SpinWait(spin_wait), select.poll()
+        poller.register(conn.fileno(), select.POLLIN)
+        answered = 0.0  # when the last answer went out
         while True:
+            if answered:  # the parent's next command often follows within microseconds
+                spin.poll(poller.poll)
             command = pickle.loads(conn.recv_bytes())
+            if answered:
+                spin.record(time.perf_counter() - answered)
             if command is None:
                 break
             done = runner.execute(command)
             if _Stop.terminated:  # raised inside an async env's task, which kept it as its error
                 break
             _send(conn, done)
+            answered = time.perf_counter()
     except (EOFError, BrokenPipeError, ConnectionResetError, _Terminated):
         pass  # the parent is gone, or gave up on this worker: nobody to answer
     finally:

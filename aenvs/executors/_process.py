@@ -36,6 +36,7 @@ from aenvs._commands import Command, CommandKind, unpack
 from aenvs._errors import EnvCrashedError
 from aenvs._shm import SharedArena
 from aenvs._specs import EnvSpec
+from aenvs._spinning import DEFAULT_SPIN_WAIT, SpinWait
 from aenvs._zygote import fork_worker
 from aenvs.executors._base import Capabilities
 from aenvs.executors._pickling import cloudpickle_dumps
@@ -60,6 +61,7 @@ class _Worker:
         self.pidfd = -1
         self.conn: Connection | None = None
         self.in_flight: dict[int, CommandKind] = {}
+        self.sent_at = 0.0  # when the first of its commands in flight went out
         self.alive = True
         self.built: asyncio.Future[Any] | None = None
         self.exited: asyncio.Future[None] | None = None
@@ -77,6 +79,10 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
         startup_timeout: seconds for every worker to build its envs.
         close_timeout: seconds ``aclose`` waits for workers to stop before SIGTERM (on which a
             worker interrupts its command and closes its envs), and again before SIGKILL.
+        spin_wait: seconds the pool polls for a worker's answer, and a worker for the
+            pool's next command, before sleeping (a sleeping process takes tens of
+            microseconds to wake); each side stops polling while the other keeps it waiting
+            longer than this, and yields the CPU between polls. 0: always sleep.
 
     Example:
         >>> import asyncio
@@ -101,8 +107,12 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
         envs_per_worker: int | None = None,
         startup_timeout: float | None = 60.0,
         close_timeout: float = 5.0,
+        spin_wait: float = DEFAULT_SPIN_WAIT,
     ) -> None:
         super().__init__(num_workers, envs_per_worker, startup_timeout, close_timeout)
+        self._spin = SpinWait(spin_wait)
+        self._spin_until = 0.0  # perf_counter time: the loop keeps polling until then
+        self._spinning: asyncio.Handle | None = None
         self._arena: SharedArena | None = None  # its descriptor stays open for workers started later
         self._reapers: list[Reaper] = []  # workers given up on, closing their envs before a SIGKILL
         self._poller = select.poll()  # the fds the loop watches, for wait_outside_loop
@@ -152,7 +162,7 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
         assert arena is not None
         for worker in workers:
             assert worker.conn is not None
-            worker.conn.send_bytes(_dumps((self._specs, arena.size, self.close_timeout)))
+            worker.conn.send_bytes(_dumps((self._specs, arena.size, self.close_timeout, self._spin.window)))
             reduction.send_handle(worker.conn, arena.fd, worker.pid)
 
     def _spawn(self, workers: list[_Worker]) -> None:
@@ -194,6 +204,8 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
             in_flight = worker.in_flight
             for completion in completions:
                 in_flight.pop(completion.env_index, None)
+            if not in_flight:
+                self._spin.record(time.perf_counter() - worker.sent_at)
             self._push(completions)
         except (EOFError, OSError):
             self._lost(worker)
@@ -250,13 +262,18 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
     def wait_outside_loop(self, timeout: float) -> None:
         """Read the workers' pipes and pidfds here, as the loop's readers do, until a
         completion is queued or ``timeout`` seconds pass; at once if no command is in flight."""
-        deadline = time.monotonic() + timeout
+        deadline = time.perf_counter() + timeout
         watched, poll = self._watched, self._poller.poll
+        spun = False
         while not self._completions and any(w.in_flight for w in self._workers):
-            left = deadline - time.monotonic()
+            left = deadline - time.perf_counter()
             if left <= 0:
                 return
-            for fd, _ in poll(left * 1e3):
+            ready = []
+            if not spun:
+                spun = True
+                ready = self._spin.poll(poll, deadline)
+            for fd, _ in ready or poll(left * 1e3):
                 if fd in watched:
                     callback, worker = watched[fd]
                     callback(worker)
@@ -264,7 +281,10 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
     # -- commands -------------------------------------------------------------------------
 
     def submit(self, command: Command) -> None:
+        sent_at = time.perf_counter()
         for worker, part in self._split(command):
+            if not worker.in_flight:
+                worker.sent_at = sent_at
             for i in part.env_indices:
                 worker.in_flight[i] = command.kind
             assert worker.conn is not None
@@ -272,6 +292,33 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
                 worker.conn.send_bytes(_dumps(part))
             except OSError:
                 pass  # the worker died: its pidfd / pipe EOF reports the envs in flight
+        self._keep_loop_polling(sent_at)
+
+    def _keep_loop_polling(self, now: float) -> None:
+        """Keep the loop from sleeping for the spin window after a command went out, while
+        answers come within it: a callback that queues itself again makes each turn of
+        the loop poll its fds without waiting, so the answer's reader runs without a
+        wake-up, and other tasks run between turns as usual."""
+        spin = self._spin
+        if not spin.worth:
+            return
+        self._spin_until = now + spin.window
+        loop = self._loop
+        if self._spinning is None and loop is not None and not loop.is_closed():
+            self._spinning = loop.call_soon(self._spin_turn)
+
+    def _spin_turn(self) -> None:
+        self._spinning = None
+        loop = self._loop
+        if (
+            self._closing
+            or loop is None
+            or time.perf_counter() >= self._spin_until
+            or not any(w.in_flight for w in self._workers)
+        ):
+            return
+        os.sched_yield()  # the CPU to a runnable worker, if one waits for it
+        self._spinning = loop.call_soon(self._spin_turn)
 
     # -- restarts ---------------------------------------------------------------------------
 

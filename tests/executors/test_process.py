@@ -130,3 +130,46 @@ async def test_close_leaves_no_process_and_no_shared_memory(tmp_path, situation:
     assert time.monotonic() - started < 3.0
     assert_gone(pids)
     assert shm_entries() <= before
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of process ``pid`` so far (``/proc/<pid>/stat``)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize("spin_wait", [0.0, 0.0003, 0.05])
+async def test_spin_wait_changes_when_a_side_sleeps_not_what_it_gets(tmp_path, spin_wait: float) -> None:
+    """Polling before sleeping (none, the default, a long window) on both sides of the pipe:
+    the same results, a slow step still waited for, and nothing lost."""
+    gate = Gate(str(tmp_path))
+    executor = ProcessExecutor(num_workers=2, spin_wait=spin_wait)
+    async with AsyncEnvPool(gated_env_fns(4, gate), executor=executor) as pool:
+        await pool.reset()
+        await pool.async_step_send(actions([7, 8, 9, 10]))
+        assert (await pool.async_step_recv(min_get=0))["env_index"].numel() == 0
+        gate.open()  # the answer comes after any window: the waiting side slept
+        out = await pool.async_step_recv(min_get=4, timeout=10)
+        assert sorted(out["next", "observation"][:, 1].tolist()) == [7.0, 8.0, 9.0, 10.0]
+        for round_ in range(1, 21):  # lockstep: each side's next message follows at once
+            out = await pool.step(actions([round_] * 4))
+            assert out["next", "observation"][:, 1].tolist() == [float(round_)] * 4
+
+
+async def test_an_idle_pool_and_its_workers_stop_polling() -> None:
+    """After a burst of lockstep steps (which spin), neither the pool's process nor a worker
+    keeps polling once nothing comes: over half a second idle they use a small part of it."""
+    executor = ProcessExecutor(num_workers=2)
+    async with AsyncEnvPool(["CartPole-v1"] * 4, executor=executor) as pool:
+        td = await pool.reset()
+        for _ in range(200):
+            td["action"] = torch.zeros(4, dtype=torch.int64)
+            _, td = await pool.step_and_maybe_reset(td)
+        pids = executor.pids
+        before = [_cpu_seconds(pid) for pid in pids], time.process_time()
+        await asyncio.sleep(0.5)  # the idle time measured, not a wait for something to happen
+        workers = [_cpu_seconds(pid) - b for pid, b in zip(pids, before[0], strict=True)]
+        own = time.process_time() - before[1]
+    assert max(workers) < 0.1, workers  # polling all along would be ~0.5 s each
+    assert own < 0.1, own
