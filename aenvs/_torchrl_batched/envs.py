@@ -166,26 +166,48 @@ class _BatchedEnv(BatchedViews, EnvBase):
         under ``"next"``, TorchRL's ``step_mdp``, then the reset rows of the envs whose
         episode ended written over the next input."""
         root = flat_entries(tensordict)  # the input's entries, before "next" joins them
-        nxt = self._step(tensordict)
-        kept: tuple[torch.Tensor, TensorDictBase] | None = self.__dict__.get("_reset_rows")
-        following = self._step_mdp_flat(tensordict, root, nxt, kept)
-        if following is not None:
-            kept = None  # the reset rows are in
+        nxt, ended, reset = self._step_and_reset_rows(tensordict)
+        any_ended = bool(ended.any())
+        following = self._step_mdp_flat(tensordict, root, nxt, ended if any_ended else None, reset)
         if root is not None:  # a TensorDict of tensors: "next" set as TorchRL's step_mdp sets entries
             cast(Any, tensordict)._set_str("next", nxt, validated=True, inplace=False, non_blocking=False)
         else:
             tensordict.set("next", nxt)
         if following is None:
             following = self._step_mdp(tensordict)
-        if kept is not None and bool(kept[0].any()):
-            ended, reset = kept
-            # as TorchRL's maybe_reset: the reset rows over the others; unless every env was
-            # reset, entries the reset does not give (the action...) are zeros in those rows
-            if bool(ended.all()):
-                following.update(reset)  # pyright: ignore[reportUnknownMemberType]
-            else:
-                cast(Any, following).where(~ended, other=reset, out=following, pad=0, update_batch_size=True)
+            if any_ended:
+                # as TorchRL's maybe_reset: the reset rows over the others; unless every env
+                # was reset, entries the reset does not give (the action...) are zeros there
+                if bool(ended.all()):
+                    following.update(reset)  # pyright: ignore[reportUnknownMemberType]
+                else:
+                    following.where(~ended, other=reset, out=following, pad=0, update_batch_size=True)
         return tensordict, following
+
+    def _step_and_reset_rows(
+        self, tensordict: TensorDictBase
+    ) -> tuple[TensorDictBase, torch.Tensor, TensorDictBase]:
+        """One pool call for a step and the resets of the episodes it ends: the step's
+        result laid out as the specs, which envs ended (one bool per env), and the next
+        input's rows for every env (reset ones where the episode ended)."""
+        self._stepping()
+        if self._wrapper is not None:
+            nxt, reset = self._wrapper.step_and_reset_rows(tensordict)
+        else:
+            out, reset = self._run(self.pool.step_and_maybe_reset, self._actions(tensordict))
+            nxt = self._fill(out["next"], _OUTPUTS)
+            reset = self._fill(reset, _RESET_OUTPUTS)
+        nxt, reset = self._on_device(nxt), self._on_device(reset)
+        return nxt, self._ended(nxt), reset
+
+    def _stepping(self) -> None:
+        """Get the pool ready for a step: started, and reset if it was not (TorchRL's
+        members step without a reset; a pool's envs do not)."""
+        self.check_view()
+        shim = self._running()
+        if not self._was_reset:
+            shim.reset()
+            self._was_reset = True
 
     @property
     def _fusable(self) -> bool:
@@ -224,17 +246,12 @@ class _BatchedEnv(BatchedViews, EnvBase):
         return self._on_device(self._fill(out, ("full_observation_spec", "full_done_spec")))
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        self.check_view()
-        shim = self._running()
-        if not self._was_reset:  # TorchRL's members step without a reset; a pool resets first
-            shim.reset()
-            self._was_reset = True
-        fuse = self.__dict__.get("_fuse_reset", False)
+        if self.__dict__.get("_fuse_reset", False):
+            nxt, ended, reset = self._step_and_reset_rows(tensordict)
+            self.__dict__["_reset_rows"] = (ended, reset)  # for the reset TorchRL asks next
+            return nxt
+        self._stepping()
         if self._wrapper is not None:
-            if fuse:
-                nxt, reset = self._wrapper.step_and_reset_rows(tensordict)
-                self._keep_reset_rows(nxt, self._on_device(reset))
-                return self._on_device(nxt)
             return self._on_device(self._wrapper._step(tensordict))  # pyright: ignore[reportPrivateUsage]
         n = self.batch_size[:1]
         actions = self._actions(tensordict)
@@ -244,11 +261,6 @@ class _BatchedEnv(BatchedViews, EnvBase):
             for key in td_keys(kept, nested=True, leaves=True):
                 actions.set(key, td_get(kept, key))
             actions.set("_step", step.reshape(-1))
-        if fuse:
-            out, reset = self._run(self.pool.step_and_maybe_reset, actions)
-            nxt = self._on_device(self._fill(out["next"], _OUTPUTS))
-            self._keep_reset_rows(nxt, self._on_device(self._fill(reset, _RESET_OUTPUTS)))
-            return nxt
         out = self._run(self.pool.step, actions, self.worker_indices)
         return self._on_device(self._fill(out["next"], _OUTPUTS))
 
@@ -291,8 +303,8 @@ class _BatchedEnv(BatchedViews, EnvBase):
     def _on_device(self, td: TensorDictBase) -> TensorDictBase:
         return td_to(td, self.device) if self.device is not None and td.device != self.device else td
 
-    def _keep_reset_rows(self, nxt: TensorDictBase, reset: TensorDictBase) -> None:
-        """Keep the rows a fused step reset, for the reset TorchRL's ``maybe_reset`` asks next."""
+    def _ended(self, nxt: TensorDictBase) -> torch.Tensor:
+        """Which envs ended their episode in the step ``nxt``: one bool per env."""
         done: torch.Tensor | None = td_get(nxt, "done")
         if done is None:  # members without a "done" flag: the others say it
             done = torch.zeros(self.batch_size[:1], dtype=torch.bool)
@@ -300,7 +312,7 @@ class _BatchedEnv(BatchedViews, EnvBase):
                 value: torch.Tensor | None = td_get(nxt, flag)
                 if value is not None:
                     done = done | value.reshape(-1).bool()
-        self.__dict__["_reset_rows"] = (done.reshape(-1).bool(), reset)
+        return done.reshape(-1).bool()
 
     def _kept_keys(self) -> list[tuple[str, ...]]:
         keys = [key_tuple(k) for k in self.full_observation_spec.keys(True, True)]
@@ -321,13 +333,14 @@ class _BatchedEnv(BatchedViews, EnvBase):
         tensordict: TensorDictBase,
         root: dict[str, Any] | None,
         nxt: TensorDictBase,
-        kept: tuple[torch.Tensor, TensorDictBase] | None,
+        ended: torch.Tensor | None,
+        reset: TensorDictBase,
     ) -> TensorDictBase | None:
         """TorchRL's ``step_mdp`` (keeping the action and other entries) then ``maybe_reset``
         for an input of tensors at its root: its entries but the reward and flags, the step's
-        observations and flags, and the rows ``kept`` reset (as TorchRL's ``maybe_reset``:
-        unless every env was reset, entries the reset does not give, the action..., are
-        zeros in those rows); None for other inputs."""
+        observations and flags, and the rows of ``reset`` where ``ended`` (None: no episode
+        ended) (as TorchRL's ``maybe_reset``: unless every env was reset, entries the reset
+        does not give, the action..., are zeros in those rows); None for other inputs."""
         following = flat_entries(nxt)
         if root is None or following is None:
             return None
@@ -335,8 +348,7 @@ class _BatchedEnv(BatchedViews, EnvBase):
         not_carried = {*rewards, *(key_tuple(key)[0] for key in self.done_keys), "_reset", "next"}
         entries = {key: value for key, value in root.items() if key not in not_carried}
         entries.update({key: value for key, value in following.items() if key not in rewards})
-        if kept is not None and bool(kept[0].any()):
-            ended, reset = kept
+        if ended is not None:
             rows = flat_entries(reset)
             if rows is None or not rows.keys() <= entries.keys():
                 return None
