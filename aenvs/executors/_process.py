@@ -26,6 +26,7 @@ import pickle
 import select
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
 from multiprocessing import reduction
 from multiprocessing.connection import Connection
@@ -61,7 +62,7 @@ class _Worker:
         self.pidfd = -1
         self.conn: Connection | None = None
         self.in_flight: dict[int, CommandKind] = {}
-        self.sent_at = 0.0  # when the first of its commands in flight went out
+        self.sent_at: deque[float] = deque()  # when each command it has not answered went out
         self.alive = True
         self.built: asyncio.Future[Any] | None = None
         self.exited: asyncio.Future[None] | None = None
@@ -204,8 +205,8 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
             in_flight = worker.in_flight
             for completion in completions:
                 in_flight.pop(completion.env_index, None)
-            if not in_flight:
-                self._spin.record(time.perf_counter() - worker.sent_at)
+            if worker.sent_at:  # one answer per command, in order
+                self._spin.record(time.perf_counter() - worker.sent_at.popleft())
             self._push(completions)
         except (EOFError, OSError):
             self._lost(worker)
@@ -283,8 +284,7 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
     def submit(self, command: Command) -> None:
         sent_at = time.perf_counter()
         for worker, part in self._split(command):
-            if not worker.in_flight:
-                worker.sent_at = sent_at
+            worker.sent_at.append(sent_at)
             for i in part.env_indices:
                 worker.in_flight[i] = command.kind
             assert worker.conn is not None

@@ -173,3 +173,18 @@ async def test_an_idle_pool_and_its_workers_stop_polling() -> None:
         own = time.process_time() - before[1]
     assert max(workers) < 0.1, workers  # polling all along would be ~0.5 s each
     assert own < 0.1, own
+
+
+async def test_a_pool_waiting_on_slow_steps_stops_polling() -> None:
+    """Steps of 0.2 s, a 10 ms window: the pool's process polls through the first step's
+    window, sees the answer take twenty windows, and sleeps at once from then on (polling
+    each window would take 80 ms of CPU over the 8 steps, polling throughout 1.6 s)."""
+    executor = ProcessExecutor(num_workers=2, spin_wait=0.01)
+    async with AsyncEnvPool(echo_env_fns(2, delay=0.2), executor=executor) as pool:
+        await pool.reset()
+        began = time.process_time()
+        for round_ in range(1, 9):
+            out = await pool.step(actions([round_, round_]))
+            assert out["next", "observation"][:, 1].tolist() == [float(round_)] * 2
+        own = time.process_time() - began
+    assert own < 0.04, own
