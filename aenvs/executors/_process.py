@@ -82,8 +82,8 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
             worker interrupts its command and closes its envs), and again before SIGKILL.
         spin_wait: seconds the pool polls for a worker's answer, and a worker for the
             pool's next command, before sleeping (a sleeping process takes tens of
-            microseconds to wake); each side stops polling while the other keeps it waiting
-            longer than this, and yields the CPU between polls. 0: always sleep.
+            microseconds to wake); each side yields the CPU between polls, and stops polling
+            while the other keeps it waiting more than ten times this. 0: always sleep.
 
     Example:
         >>> import asyncio
@@ -265,15 +265,13 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
         completion is queued or ``timeout`` seconds pass; at once if no command is in flight."""
         deadline = time.perf_counter() + timeout
         watched, poll = self._watched, self._poller.poll
-        spun = False
+        spin: SpinWait | None = self._spin  # the first wait polls before it sleeps
         while not self._completions and any(w.in_flight for w in self._workers):
             left = deadline - time.perf_counter()
             if left <= 0:
                 return
-            ready = []
-            if not spun:
-                spun = True
-                ready = self._spin.poll(poll, deadline)
+            ready = spin.poll(poll, deadline) if spin is not None else []
+            spin = None
             for fd, _ in ready or poll(left * 1e3):
                 if fd in watched:
                     callback, worker = watched[fd]

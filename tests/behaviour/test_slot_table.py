@@ -164,12 +164,18 @@ def test_take_unheld_leaves_held_envs_and_stops_at_the_limit() -> None:
     assert table.take_unheld(RESET, 4, set()) == []
 
 
-def test_inputs_are_kept_by_row_and_popped_with_the_results() -> None:
+def _two_rows_sent_and_answered() -> tuple[SlotTable, TensorDict]:
+    """A table of 3 envs whose envs 2 and 0 were sent a batch (rows 0 and 1) and answered."""
     table = SlotTable(3)
     batch = TensorDict({"action": torch.tensor([5, 6])}, [2])
     table.keep_inputs(batch, [2, 0])
     table.sent(STEP, [2, 0], now=0.0)
     table.record([Completion(0, STEP), Completion(2, STEP)], now=1.0)
+    return table, batch
+
+
+def test_inputs_are_kept_by_row_and_popped_with_the_results() -> None:
+    table, batch = _two_rows_sent_and_answered()
     picked = table.take(STEP, [0, 2], None)  # not in the order they were sent
     table.consume(STEP, picked)
     popped = table.pop_inputs(picked)
@@ -179,11 +185,7 @@ def test_inputs_are_kept_by_row_and_popped_with_the_results() -> None:
 
 
 def test_results_that_are_every_row_of_their_batch_in_order_pop_that_batch() -> None:
-    table = SlotTable(3)
-    batch = TensorDict({"action": torch.tensor([5, 6])}, [2])
-    table.keep_inputs(batch, [2, 0])
-    table.sent(STEP, [2, 0], now=0.0)
-    table.record([Completion(0, STEP), Completion(2, STEP)], now=1.0)
+    table, batch = _two_rows_sent_and_answered()
     picked = table.take(STEP, [2, 0], None)  # both, in the order of the batch: the batch
     table.consume(STEP, picked)
     assert table.pop_inputs(picked) is batch
