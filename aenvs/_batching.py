@@ -394,14 +394,28 @@ class Batcher:
         (text and other plain values); ``("env_index",)`` the envs. None where the batch is
         not that simple (a lazy pool, members with a batch shape, extra entries that are
         not plain values): build it with :meth:`step_batch` then."""
+        return self._columns(completions, 1)
+
+    def reset_columns(self, completions: Sequence[Completion]) -> dict[Key, Any] | None:
+        """:meth:`step_columns` for the reset rows of step-and-resets (``completions``): the
+        next step's input, where an episode ended its reset observation."""
+        return self._columns(completions, 0)
+
+    def _columns(self, completions: Sequence[Completion], which: int) -> dict[Key, Any] | None:
+        """:meth:`step_columns` (``which`` 1) or :meth:`reset_columns` (0)."""
         if not self.dense or self.batch_shape:
             return None
         indices = [c.env_index for c in completions]
         rows = None if indices == self._all_rows else np.array(indices, dtype=np.int64)
         columns: dict[Key, Any] = {
-            key: buf.copy() if rows is None else buf.take(rows, axis=0) for key, buf in self._dense_plan[1]
+            key: buf.copy() if rows is None else buf.take(rows, axis=0)
+            for key, buf in self._dense_plan[which]
         }
-        extras = [None if c.extras is None else _flat(c.extras) for c in completions]
+        step = which == 1
+        extras = [
+            None if e is None else _flat(e)
+            for e in (c.extras if step else c.reset_extras for c in completions)
+        ]
         if any(extras):
             keys = {key for e in extras if e for key in e}
             for key in keys:
@@ -409,7 +423,7 @@ class Batcher:
                 if not all(type(v) in _PLAIN for v in values):
                     return None
                 columns[key] = values
-        if self.timed_out:
+        if step and self.timed_out:
             flags = np.zeros((len(completions), 1), dtype=bool)
             for row, c in enumerate(completions):
                 ended = c.value
@@ -420,7 +434,7 @@ class Batcher:
                         if isinstance(column, np.ndarray | list):
                             column[row] = value
             columns[TIMED_OUT_KEY] = flags
-        columns[("env_index",)] = np.array(indices, dtype=np.int64)
+        columns[_ENV_INDEX] = np.array(indices, dtype=np.int64)
         return columns
 
     def step_and_reset_batch(

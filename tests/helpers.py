@@ -28,6 +28,14 @@ def actions(values: list[float], env_index: list[int] | None = None) -> TensorDi
     return td
 
 
+async def until(condition: Any, timeout: float = 30.0) -> None:
+    """Yield to the loop until ``condition()`` holds (at most ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        await asyncio.sleep(0.001)
+
+
 class Gate:
     """A latch that works across threads and processes: open once the file exists."""
 

@@ -126,3 +126,26 @@ class LoopCalls:
         """
         picked = await self._receiver.recv(CommandKind.STEP, min_get, max_get, env_index, timeout)
         return self._parts.step_columns(picked, self._ready_to_send())
+
+    async def step_and_maybe_reset_columns(self, actions: Mapping[Any, Any]) -> tuple[Columns, Columns]:
+        """:meth:`~aenvs.AsyncEnvPool.step_and_maybe_reset` of every env with the actions and
+        results as columns (see :meth:`async_step_send_columns`): the step's results (the
+        leaves of ``"next"``, ``("env_index",)`` the envs, in order) and the next step's
+        input (the reset rows where an episode ended, the step's observation elsewhere).
+
+        A whole-batch call, as :meth:`~aenvs.AsyncEnvPool.step_and_maybe_reset`: a cancel
+        abandons its results. Members with a batch shape of their own, or entries that are
+        not fixed-shape or plain values, take the TensorDict calls instead (ValueError).
+
+        Example:
+            >>> import asyncio, torch
+            >>> from aenvs import AsyncEnvPool
+            >>> async def main():
+            ...     async with AsyncEnvPool("CartPole-v1", num_envs=2, executor="inline") as pool:
+            ...         await pool.reset(seed=0)
+            ...         step, following = await pool.step_and_maybe_reset_columns({"action": torch.tensor([0, 1])})
+            ...         return step[("reward",)].shape, following[("observation",)].shape
+            >>> asyncio.run(main())
+            ((2, 1), (2, 4))
+        """
+        return await self._parts.step_and_reset_columns(actions, self._ready_to_send())

@@ -35,6 +35,8 @@ from aenvs.executors import Executor
 
 __all__ = ["PoolParts", "other_loop_error"]
 
+_SMR = CommandKind.STEP_AND_RESET
+
 
 def other_loop_error(
     started_on: asyncio.AbstractEventLoop | None, running: asyncio.AbstractEventLoop
@@ -271,14 +273,38 @@ class PoolParts:
         if plain is not None:
             return plain
         td = batcher.step_batch(picked, inputs)  # a lazy pool, or entries other than plain values
-        columns: dict[tuple[str, ...], Any] = {("env_index",): td_get(td, "env_index").numpy()}
-        nxt: TensorDictBase = td_get(td, "next")
-        for key, value in td_items(nxt, nested=True):
-            if isinstance(value, TensorDictBase) and type(value) not in (NonTensorData, NonTensorStack):
-                continue  # a sub-TensorDict: its entries come on their own
-            path = (key,) if isinstance(key, str) else tuple(key)
-            columns[cast("tuple[str, ...]", path)] = value
+        columns = _leaves(td_get(td, "next"))
+        columns[("env_index",)] = td_get(td, "env_index").numpy()
         return columns
+
+    async def step_and_reset_columns(
+        self, actions: Mapping[Any, Any], batcher: Batcher
+    ) -> tuple[dict[tuple[str, ...], Any], dict[tuple[str, ...], Any]]:
+        """A whole-batch step-and-reset with the actions and results as columns (see
+        :meth:`AsyncEnvPool.step_and_maybe_reset_columns`)."""
+        if not batcher.dense or batcher.batch_shape:
+            raise ValueError(
+                "step_and_maybe_reset_columns takes a dense pool of members without a batch shape "
+                "of their own; use step_and_maybe_reset"
+            )
+        await self.settle(None, None, whole=True)
+        sender = self.sender
+        indices = sender.send_columns(_SMR, sender.all_envs, actions)
+        try:
+            picked = await self.receiver.recv(_SMR, None, None, indices, None)
+        except BaseException as exc:
+            self.abandoned.give_up(exc, _SMR, indices)
+            raise
+        inputs = self.slots.pop_inputs(picked)
+        step, following = batcher.step_columns(picked), batcher.reset_columns(picked)
+        if step is not None and following is not None:
+            return step, following
+        # extra entries other than plain values: through the TensorDicts, entry by entry
+        out, reset = batcher.step_and_reset_batch(picked, inputs)
+        step, following = _leaves(td_get(out, "next")), _leaves(reset)
+        step[("env_index",)] = td_get(out, "env_index").numpy()
+        following[("env_index",)] = td_get(reset, "env_index").numpy()
+        return step, following
 
     def stats(self, started_at: float) -> PoolStats:
         """A snapshot of the activity since ``started_at`` (0: not started)."""
@@ -305,3 +331,15 @@ class PoolParts:
             limit_wait_seconds=limits.wait_seconds if limits else 0.0,
             held=limits.held if limits else 0,
         )
+
+
+def _leaves(td: TensorDictBase) -> dict[tuple[str, ...], Any]:
+    """The leaves of ``td`` (tensors, non-tensor stacks) by key, without its "env_index"."""
+    columns: dict[tuple[str, ...], Any] = {}
+    for key, value in td_items(td, nested=True):
+        if isinstance(value, TensorDictBase) and type(value) not in (NonTensorData, NonTensorStack):
+            continue  # a sub-TensorDict: its entries come on their own
+        path = cast("tuple[str, ...]", (key,) if isinstance(key, str) else tuple(key))
+        if path != ("env_index",):
+            columns[path] = value
+    return columns

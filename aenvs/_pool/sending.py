@@ -218,14 +218,23 @@ class Sender:
     def send_columns(self, kind: CommandKind, env_index: list[int], actions: Mapping[Any, Any]) -> list[int]:
         """:meth:`send_actions` with the actions by key as tensors or lists of values."""
         batcher = self._ready()
+        indices = self.targets(None, env_index)
+        num_rows = len(indices)
         columns: dict[Key, Any] = {}
         tensors: dict[str, Any] = {}
         for key, value in actions.items():
-            path: Key = (key,) if isinstance(key, str) else tuple(key)
+            path: Key = (key,) if type(key) is str else tuple(key)
             columns[path] = value
             if isinstance(value, torch.Tensor):
-                put(tensors, path, value)
-        indices = self.targets(None, env_index)
+                rows = value.shape[0] if value.ndim else 0
+                if type(key) is str:
+                    tensors[key] = value
+                else:
+                    put(tensors, path, value)
+            else:
+                rows = len(value)
+            if rows != num_rows:
+                raise ValueError(f"the actions {'.'.join(path)!r} have {rows} rows for {num_rows} envs")
         td = td_unchecked(tensors, torch.Size([len(indices)]))
         checked = batcher.check_actions(td, indices)
         objects = batcher.objects.read(td, indices, columns)

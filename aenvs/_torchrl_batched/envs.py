@@ -19,8 +19,9 @@ from tensordict import TensorDict, TensorDictBase
 
 import aenvs._sync as _sync
 from aenvs._adapters.torchrl import EnvBase, MultiOneHot, OneHot
-from aenvs._tensors import flat_entries, td_get, td_keys, td_unchecked
-from aenvs._torchrl_batched.filling import OutputLayout, key_tuple
+from aenvs._specs import OBJECT
+from aenvs._tensors import flat_entries, from_numpy, td_get, td_keys, td_unchecked
+from aenvs._torchrl_batched.filling import FlatLayout, OutputLayout, key_tuple
 from aenvs._torchrl_batched.options import IGNORED, check_torchrl_options, factories
 from aenvs._torchrl_batched.specs import SPEC_NAMES, MemberSpecs, member_specs
 from aenvs._torchrl_batched.views import BatchedViews
@@ -31,6 +32,7 @@ __all__ = ["ParallelEnv", "SerialEnv"]
 _FLAGS = ("done", "terminated", "truncated")
 _OUTPUTS = ("full_observation_spec", "full_reward_spec", "full_done_spec")
 _RESET_OUTPUTS = ("full_observation_spec", "full_done_spec")
+_DONE = ("done",)
 
 
 class _BatchedEnv(BatchedViews, EnvBase):
@@ -167,7 +169,7 @@ class _BatchedEnv(BatchedViews, EnvBase):
         episode ended written over the next input."""
         root = flat_entries(tensordict)  # the input's entries, before "next" joins them
         nxt, ended, reset = self._step_and_reset_rows(tensordict)
-        any_ended = bool(ended.any())
+        any_ended = any(_flags(ended))
         following = self._step_mdp_flat(tensordict, root, nxt, ended if any_ended else None, reset)
         if root is not None:  # a TensorDict of tensors: "next" set as TorchRL's step_mdp sets entries
             cast(Any, tensordict)._set_str("next", nxt, validated=True, inplace=False, non_blocking=False)
@@ -178,7 +180,7 @@ class _BatchedEnv(BatchedViews, EnvBase):
             if any_ended:
                 # as TorchRL's maybe_reset: the reset rows over the others; unless every env
                 # was reset, entries the reset does not give (the action...) are zeros there
-                if bool(ended.all()):
+                if all(_flags(ended)):
                     following.update(reset)  # pyright: ignore[reportUnknownMemberType]
                 else:
                     following.where(~ended, other=reset, out=following, pad=0, update_batch_size=True)
@@ -191,6 +193,8 @@ class _BatchedEnv(BatchedViews, EnvBase):
         result laid out as the specs, which envs ended (one bool per env), and the next
         input's rows for every env (reset ones where the episode ended)."""
         self._stepping()
+        if (layouts := self._column_layouts()) is not None:
+            return self._step_and_reset_columns(tensordict, *layouts)
         if self._wrapper is not None:
             nxt, reset = self._wrapper.step_and_reset_rows(tensordict)
         else:
@@ -199,6 +203,43 @@ class _BatchedEnv(BatchedViews, EnvBase):
             reset = self._fill(reset, _RESET_OUTPUTS)
         nxt, reset = self._on_device(nxt), self._on_device(reset)
         return nxt, self._ended(nxt), reset
+
+    def _step_and_reset_columns(
+        self, tensordict: TensorDictBase, step_layout: FlatLayout, reset_layout: FlatLayout
+    ) -> tuple[TensorDictBase, torch.Tensor, TensorDictBase]:
+        """:meth:`_step_and_reset_rows` through the pool's columns: no TensorDict of the pool's
+        to build and lay out again, the specs' tensors straight from its arrays."""
+        actions = self._action_values(tensordict)
+        step, following = self._run(self.pool.step_and_maybe_reset_columns, actions)
+        batch, device = self.batch_size, self.device
+        cpu = device if device is not None and device.type == "cpu" else None
+        nxt = self._on_device(td_unchecked(_tensors(step, step_layout), batch, cpu))
+        reset = self._on_device(td_unchecked(_tensors(following, reset_layout), batch, cpu))
+        return nxt, from_numpy(step[_DONE].reshape(-1)), reset
+
+    def _column_layouts(self) -> tuple[FlatLayout, FlatLayout] | None:
+        """The step's and the reset's outputs as root tensors (their specs' flat layouts),
+        when the pool's columns hold each of them as an array of that shape (a dense pool
+        of members without a batch shape of their own); else None."""
+        layout = self._layout()
+        step = layout.flat_layout(self, _OUTPUTS)
+        reset = layout.flat_layout(self, _RESET_OUTPUTS)
+        if step is None or reset is None:
+            return None
+        pool = self.pool
+        cached = self.__dict__.get("_column_layouts_cache")
+        if cached is not None and cached[0] is pool and cached[1] is step and cached[2] is reset:
+            return cached[3]
+        usable = pool.is_dense and not pool.env_specs[0].batch_shape
+        if usable:
+            spec = pool.env_specs[0]
+            n = self.batch_size[0]
+            for leaves, wanted in ((spec.step_leaves, step), (spec.reset_leaves, reset)):
+                shapes = {leaf.key: (n, *leaf.shape) for leaf in leaves if leaf.dtype != OBJECT}
+                usable = usable and all(shapes.get((key,)) == tuple(shape) for key, shape, _ in wanted)
+        found = (step, reset) if usable else None
+        self.__dict__["_column_layouts_cache"] = (pool, step, reset, found)
+        return found
 
     def _stepping(self) -> None:
         """Get the pool ready for a step: started, and reset if it was not (TorchRL's
@@ -265,12 +306,22 @@ class _BatchedEnv(BatchedViews, EnvBase):
         return self._on_device(self._fill(out["next"], _OUTPUTS))
 
     def _actions(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """The actions of ``tensordict`` as the pool takes them: cast to their spec's dtype
-        (as TorchRL does), one-hot ones as indices, several under ``"action"``."""
-        plan = self._action_plan()
-        values: dict[str, Any] = {}
-        nested: list[tuple[tuple[str, ...], torch.Tensor]] = []
-        for key, pool_key, spec in plan:
+        """The actions of ``tensordict`` as the pool takes them (:meth:`_action_values`), in a
+        TensorDict."""
+        values = self._action_values(tensordict)
+        n = self.batch_size[:1]
+        if all(type(k) is str for k in values) and all(v.shape[:1] == n for v in values.values()):
+            return td_unchecked(cast(dict[str, Any], values), n)
+        actions = TensorDict({}, batch_size=n)
+        for key, value in values.items():
+            actions.set(key, value)
+        return actions
+
+    def _action_values(self, tensordict: TensorDictBase) -> dict[str | tuple[str, ...], torch.Tensor]:
+        """The actions of ``tensordict`` by the pool's key: cast to their spec's dtype (as
+        TorchRL does), one-hot ones as indices, several under ``"action"``."""
+        values: dict[str | tuple[str, ...], torch.Tensor] = {}
+        for key, pool_key, spec in self._action_plan():
             value: torch.Tensor = td_get(tensordict, key)
             if isinstance(spec, OneHot):  # the adapter takes indices, as gymnasium envs
                 value = (value.to(torch.uint8) if value.dtype is torch.bool else value).argmax(-1)
@@ -278,16 +329,8 @@ class _BatchedEnv(BatchedViews, EnvBase):
                 value = spec.to_categorical(value.to(spec.dtype))
             elif value.dtype != spec.dtype:
                 value = value.to(spec.dtype)  # TorchRL casts actions to their spec's dtype
-            if len(pool_key) == 1:
-                values[pool_key[0]] = value
-            else:
-                nested.append((pool_key, value))
-        if not nested and all(v.shape[:1] == self.batch_size[:1] for v in values.values()):
-            return td_unchecked(values, self.batch_size[:1])
-        actions = TensorDict({}, batch_size=self.batch_size[:1])
-        for key, value in [*(((k,), v) for k, v in values.items()), *nested]:
-            actions.set(key, value)
-        return actions
+            values[pool_key[0] if len(pool_key) == 1 else pool_key] = value
+        return values
 
     def _action_plan(self) -> list[tuple[tuple[str, ...], tuple[str, ...], Any]]:
         """Per action leaf: its key, the pool's key for it, its spec; read once per spec."""
@@ -340,28 +383,38 @@ class _BatchedEnv(BatchedViews, EnvBase):
         for an input of tensors at its root: its entries but the reward and flags, the step's
         observations and flags, and the rows of ``reset`` where ``ended`` (None: no episode
         ended) (as TorchRL's ``maybe_reset``: unless every env was reset, entries the reset
-        does not give, the action..., are zeros in those rows); None for other inputs."""
+        does not give, the action..., are zeros in those rows); None for other inputs.
+        ``reset`` holds every env's next input (the step's observation where no episode
+        ended), as the pool's step-and-reset gives it."""
         following = flat_entries(nxt)
         if root is None or following is None:
             return None
-        rewards = {key_tuple(key)[0] for key in self.reward_keys}
-        not_carried = {*rewards, *(key_tuple(key)[0] for key in self.done_keys), "_reset", "next"}
+        rewards, not_carried = self._mdp_names()
         entries = {key: value for key, value in root.items() if key not in not_carried}
         entries.update({key: value for key, value in following.items() if key not in rewards})
         if ended is not None:
             rows = flat_entries(reset)
             if rows is None or not rows.keys() <= entries.keys():
                 return None
-            if bool(ended.all()):
-                entries.update(rows)
-            else:
+            if not all(_flags(ended)):
                 for key, value in entries.items():
-                    mask = ended.reshape(-1, *(1,) * (value.ndim - 1))
-                    new = rows.get(key)
-                    entries[key] = (
-                        value.masked_fill(mask, 0) if new is None else torch.where(mask, new, value)
-                    )
+                    if key not in rows:
+                        entries[key] = value.masked_fill(ended.reshape(-1, *(1,) * (value.ndim - 1)), 0)
+            # the reset rows are the step's own where no episode ended: whole columns
+            entries.update(rows)
         return td_unchecked(entries, tensordict.batch_size, tensordict.device)
+
+    def _mdp_names(self) -> tuple[set[str], set[str]]:
+        """The root names of the rewards, and of the entries a step's input does not carry
+        to the next (rewards, flags, masks, ``"next"``), read once per set of keys."""
+        reward_keys, done_keys = self.reward_keys, self.done_keys
+        cached = self.__dict__.get("_mdp_names_cache")
+        if cached is not None and cached[0] is reward_keys and cached[1] is done_keys:
+            return cached[2]
+        rewards = {key_tuple(key)[0] for key in reward_keys}
+        names = rewards, {*rewards, *(key_tuple(key)[0] for key in done_keys), "_reset", "next"}
+        self.__dict__["_mdp_names_cache"] = (reward_keys, done_keys, names)
+        return names
 
     def _set_seed(self, seed: int | None) -> None:
         self.set_seed(seed)
@@ -403,6 +456,21 @@ class _BatchedEnv(BatchedViews, EnvBase):
     def pool(self) -> Any:
         """The aenvs pool running the workers (started on first use)."""
         return self._running().pool
+
+
+def _flags(ended: torch.Tensor) -> list[bool]:
+    """One bool per env, as Python values (a torch reduction costs several times more here)."""
+    flags: list[bool] = ended.tolist()  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+    return flags
+
+
+def _tensors(columns: dict[tuple[str, ...], Any], layout: FlatLayout) -> dict[str, torch.Tensor]:
+    """The arrays of ``columns`` that ``layout`` names, as tensors of its dtypes."""
+    values: dict[str, torch.Tensor] = {}
+    for key, _, dtype in layout:
+        value = from_numpy(columns[(key,)])
+        values[key] = value if value.dtype is dtype else value.to(dtype)
+    return values
 
 
 def td_to(td: TensorDictBase, device: Any) -> TensorDictBase:

@@ -23,7 +23,10 @@ from tensordict import TensorDict, TensorDictBase
 from aenvs._adapters.torchrl import Composite, NonTensor
 from aenvs._tensors import flat_entries, td_get, td_unchecked
 
-__all__ = ["FillPlan", "OutputLayout", "key_tuple"]
+__all__ = ["FillPlan", "FlatLayout", "OutputLayout", "key_tuple"]
+
+FlatLayout = list[tuple[str, torch.Size, torch.dtype]]
+"""Root tensor leaves of specs: (name, batched shape, dtype) per leaf."""
 
 _ROOT_NAMES = ("done", "terminated", "truncated", "reward")
 
@@ -91,9 +94,7 @@ class OutputLayout:
             values, env.batch_size, device if device is not None and device.type == "cpu" else None
         )
 
-    def flat_layout(
-        self, env: Any, names: tuple[str, ...]
-    ) -> list[tuple[str, torch.Size, torch.dtype]] | None:
+    def flat_layout(self, env: Any, names: tuple[str, ...]) -> FlatLayout | None:
         """The root tensor leaves of the specs ``names`` (None if any spec has others), read
         once per set of spec objects."""
         specs: Any = getattr(env.__dict__.get("_output_spec"), "_specs", None)
@@ -101,8 +102,8 @@ class OutputLayout:
         cached = layouts.get(names)
         if cached is not None and isinstance(specs, dict):
             objects, layout = cached
-            by_name = cast(dict[str, Any], specs)
-            if all(by_name.get(name) is spec for name, spec in zip(names, objects, strict=True)):
+            # the same spec objects (equal ones lay out the same): a tuple compares by identity first
+            if tuple(map(cast(dict[str, Any], specs).get, names)) == objects:
                 return layout
         plans = [self.plan(env, name) for name in names]
         layout = (

@@ -8,25 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 
 import pytest
 
 from aenvs import AsyncEnvPool, EnvBusyError, PoolClosedError, RateLimit
 from aenvs.testing import echo_env_fns
 from tests.behaviour.limit_envs import ConcurrencyCounter, counting_env_fns
-from tests.helpers import actions
+from tests.helpers import actions, until
 
 # uvloop's clock (loop.time()) counts whole milliseconds: a bound read on it may lose one
 CLOCK_GRAIN = 0.001
-
-
-async def _until(condition, timeout: float = 30.0) -> None:
-    """Yield to the loop until ``condition()`` holds (at most ``timeout`` seconds)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "the condition never held"
-        await asyncio.sleep(0.001)
 
 
 async def test_max_concurrency_bounds_the_envs_running_at_once(make_pool, tmp_path) -> None:
@@ -52,7 +43,7 @@ async def test_held_commands_move_on_with_nobody_receiving(make_pool, tmp_path) 
     await pool.reset()
     await pool.async_step_send(actions([1, 2, 3]))
     files = [os.path.join(tmp_path, f"step-{i}-1") for i in range(3)]
-    await _until(lambda: all(os.path.exists(f) for f in files))  # the envs' own record, not the pool's
+    await until(lambda: all(os.path.exists(f) for f in files))  # the envs' own record, not the pool's
     out = await pool.async_step_recv(min_get=3)
     assert sorted(out["env_index"].tolist()) == [0, 1, 2]
 
@@ -134,7 +125,7 @@ async def test_cancelling_a_whole_batch_call_with_held_commands_loses_nothing(ma
     pool = await make_pool(counting_env_fns(4, str(tmp_path), delay=0.01), max_concurrency=1)
     await pool.reset()
     task = asyncio.create_task(pool.step(actions([1, 1, 1, 1])))
-    await _until(lambda: pool.stats().held > 0)
+    await until(lambda: pool.stats().held > 0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -39,15 +39,21 @@ def _no_reset(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError("a separate reset: the step should have reset the ended episodes")
 
 
+def _not_by_columns(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("a step through TensorDicts: the pool's columns should have carried it")
+
+
 def _step_loop(env: Any, steps: int, fused: bool = False) -> list[tuple[Any, Any]]:
     """``step_and_maybe_reset`` with seeded random actions: every step's two TensorDicts
     (the step's as returned, not copied: later steps must not write into it).
-    ``fused``: fail on any pool reset after the first (the steps reset ended episodes)."""
+    ``fused``: fail on any pool reset after the first (the steps reset ended episodes), and
+    on any step not made through the pool's columns."""
     env.set_seed(3)
     torch.manual_seed(1)
     td = env.reset()
     if fused:
         env.pool.reset = _no_reset
+        env.pool.step_and_maybe_reset = env.pool.step = _not_by_columns
     out: list[tuple[Any, Any]] = []
     for _ in range(steps):
         stepped, td = env.step_and_maybe_reset(env.rand_action(td))
@@ -163,3 +169,29 @@ def test_bool_one_hot_actions(executor: str) -> None:
     finally:
         env.close()
     assert torch.equal(results[0], results[1]) and torch.equal(results[0], results[2])
+
+
+def _gym_cartpole() -> Any:
+    import gymnasium
+
+    return gymnasium.make("CartPole-v1")
+
+
+def test_gymnasium_members_through_columns_same_as_through_tensordicts(executor: str) -> None:
+    """gymnasium members (the drop-in's own specs of their spaces): the step through the
+    pool's columns gives what the step through its TensorDicts gives."""
+    by_tensordicts = _ours("SerialEnv")(N, _gym_cartpole, executor=executor)
+    by_tensordicts._column_layouts = lambda: None  # the TensorDict path, as before the columns
+    try:
+        expected = _step_loop(by_tensordicts, 60)
+    finally:
+        by_tensordicts.close()
+    by_columns = _ours("SerialEnv")(N, _gym_cartpole, executor=executor)
+    try:
+        got = _step_loop(by_columns, 60, fused=True)
+    finally:
+        by_columns.close()
+    assert sum(int(s["next", "done"].sum()) for s, _ in expected) > 0
+    for t, ((got_step, got_next), (step, nxt)) in enumerate(zip(got, expected, strict=True)):
+        _assert_same(got_step, step, f"step {t}")
+        _assert_same(got_next, nxt, f"next input {t}")
