@@ -394,19 +394,35 @@ class Batcher:
         (text and other plain values); ``("env_index",)`` the envs. None where the batch is
         not that simple (a lazy pool, members with a batch shape, extra entries that are
         not plain values): build it with :meth:`step_batch` then."""
-        return self._columns(completions, 1)
-
-    def reset_columns(self, completions: Sequence[Completion]) -> dict[Key, Any] | None:
-        """:meth:`step_columns` for the reset rows of step-and-resets (``completions``): the
-        next step's input, where an episode ended its reset observation."""
-        return self._columns(completions, 0)
-
-    def _columns(self, completions: Sequence[Completion], which: int) -> dict[Key, Any] | None:
-        """:meth:`step_columns` (``which`` 1) or :meth:`reset_columns` (0)."""
         if not self.dense or self.batch_shape:
             return None
+        return self._columns(completions, 1, self._column_rows(completions))
+
+    def step_and_reset_columns(
+        self, completions: Sequence[Completion]
+    ) -> tuple[dict[Key, Any], dict[Key, Any]] | None:
+        """:meth:`step_columns` of step-and-resets, and the next step's input as columns (the
+        reset rows: where an episode ended, its reset observation); None as there."""
+        if not self.dense or self.batch_shape:
+            return None
+        rows = self._column_rows(completions)
+        step = self._columns(completions, 1, rows)
+        following = None if step is None else self._columns(completions, 0, rows)
+        return None if step is None or following is None else (step, following)
+
+    def _column_rows(self, completions: Sequence[Completion]) -> npt.NDArray[np.int64] | None:
+        """The envs of ``completions`` as buffer rows (None: every env, in order)."""
         indices = [c.env_index for c in completions]
-        rows = None if indices == self._all_rows else np.array(indices, dtype=np.int64)
+        return None if indices == self._all_rows else np.array(indices, dtype=np.int64)
+
+    def _columns(
+        self,
+        completions: Sequence[Completion],
+        which: int,
+        rows: npt.NDArray[np.int64] | None,
+    ) -> dict[Key, Any] | None:
+        """:meth:`step_columns` (``which`` 1) or the reset rows (0) of ``completions``, whose
+        envs are the buffer ``rows`` (None: every env, in order)."""
         columns: dict[Key, Any] = {
             key: buf.copy() if rows is None else buf.take(rows, axis=0)
             for key, buf in self._dense_plan[which]
@@ -434,7 +450,7 @@ class Batcher:
                         if isinstance(column, np.ndarray | list):
                             column[row] = value
             columns[TIMED_OUT_KEY] = flags
-        columns[_ENV_INDEX] = np.array(indices, dtype=np.int64)
+        columns[_ENV_INDEX] = self._arange_np.copy() if rows is None else rows.copy()
         return columns
 
     def step_and_reset_batch(

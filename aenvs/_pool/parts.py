@@ -296,9 +296,9 @@ class PoolParts:
             self.abandoned.give_up(exc, _SMR, indices)
             raise
         inputs = self.slots.pop_inputs(picked)
-        step, following = batcher.step_columns(picked), batcher.reset_columns(picked)
-        if step is not None and following is not None:
-            return step, following
+        columns = batcher.step_and_reset_columns(picked)
+        if columns is not None:
+            return columns
         # extra entries other than plain values: through the TensorDicts, entry by entry
         out, reset = batcher.step_and_reset_batch(picked, inputs)
         step, following = _leaves(td_get(out, "next")), _leaves(reset)

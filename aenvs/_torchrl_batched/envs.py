@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
 import torch
@@ -23,6 +24,7 @@ from aenvs._specs import OBJECT
 from aenvs._tensors import flat_entries, from_numpy, td_get, td_keys, td_unchecked
 from aenvs._torchrl_batched.filling import FlatLayout, OutputLayout, key_tuple
 from aenvs._torchrl_batched.options import IGNORED, check_torchrl_options, factories
+from aenvs._torchrl_batched.plans import OUTPUTS, RESET_OUTPUTS, StepPlan, StepPlans
 from aenvs._torchrl_batched.specs import SPEC_NAMES, MemberSpecs, member_specs
 from aenvs._torchrl_batched.views import BatchedViews
 from aenvs._torchrl_batched.wrapper import AenvsWrapper
@@ -30,8 +32,6 @@ from aenvs._torchrl_batched.wrapper import AenvsWrapper
 __all__ = ["ParallelEnv", "SerialEnv"]
 
 _FLAGS = ("done", "terminated", "truncated")
-_OUTPUTS = ("full_observation_spec", "full_reward_spec", "full_done_spec")
-_RESET_OUTPUTS = ("full_observation_spec", "full_done_spec")
 _DONE = ("done",)
 
 
@@ -132,10 +132,11 @@ class _BatchedEnv(BatchedViews, EnvBase):
         # episode ended (the pool's step_and_maybe_reset) and the reset that TorchRL's
         # maybe_reset asks for next is answered from those rows
         keys = list(td_keys(tensordict))
-        fuse = self._fusable and "_step" not in keys
+        plan = self._step_plan()
+        fuse = plan.fusable and self.worker_indices is None and "_step" not in keys
         self.__dict__["_fuse_reset"] = fuse
         try:
-            if fuse and self._lean(tensordict, keys):
+            if fuse and self._lean(tensordict, keys, plan):
                 return self._lean_step_and_maybe_reset(tensordict)
             step_and_maybe_reset = cast(Any, super()._step_and_maybe_reset)  # pyright: ignore[reportUnknownMemberType]
             return step_and_maybe_reset(tensordict)
@@ -143,7 +144,7 @@ class _BatchedEnv(BatchedViews, EnvBase):
             self.__dict__["_fuse_reset"] = False
             self.__dict__["_reset_rows"] = None
 
-    def _lean(self, tensordict: TensorDictBase, keys: list[Any]) -> bool:
+    def _lean(self, tensordict: TensorDictBase, keys: list[Any], plan: StepPlan) -> bool:
         """Whether TorchRL's step machinery would add nothing to :meth:`_step`'s result here:
         this class's own step and reset, no hooks or checks, no preset ``"next"``, specs of
         root tensors that the step fills as they are."""
@@ -159,8 +160,7 @@ class _BatchedEnv(BatchedViews, EnvBase):
             and "next" not in keys
             and tensordict.batch_size == self.batch_size
             and tensordict.device == self.device
-            and self._layout().flat_layout(self, _OUTPUTS) is not None
-            and not self.state_keys
+            and plan.plain
         )
 
     def _lean_step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
@@ -181,17 +181,18 @@ class _BatchedEnv(BatchedViews, EnvBase):
                 # as TorchRL's maybe_reset: the reset rows over the others; unless every env
                 # was reset, entries the reset does not give (the action...) are zeros there
                 if all(_flags(ended)):
-                    following.update(reset)  # pyright: ignore[reportUnknownMemberType]
+                    following.update(reset())  # pyright: ignore[reportUnknownMemberType]
                 else:
-                    following.where(~ended, other=reset, out=following, pad=0, update_batch_size=True)
+                    following.where(~ended, other=reset(), out=following, pad=0, update_batch_size=True)
         return tensordict, following
 
     def _step_and_reset_rows(
         self, tensordict: TensorDictBase
-    ) -> tuple[TensorDictBase, torch.Tensor, TensorDictBase]:
+    ) -> tuple[TensorDictBase, torch.Tensor, Callable[[], TensorDictBase]]:
         """One pool call for a step and the resets of the episodes it ends: the step's
-        result laid out as the specs, which envs ended (one bool per env), and the next
-        input's rows for every env (reset ones where the episode ended)."""
+        result laid out as the specs, which envs ended (one bool per env), and what makes
+        the next input's rows for every env (reset ones where the episode ended): a step
+        where no episode ended need not build them."""
         self._stepping()
         if (layouts := self._column_layouts()) is not None:
             return self._step_and_reset_columns(tensordict, *layouts)
@@ -199,14 +200,14 @@ class _BatchedEnv(BatchedViews, EnvBase):
             nxt, reset = self._wrapper.step_and_reset_rows(tensordict)
         else:
             out, reset = self._run(self.pool.step_and_maybe_reset, self._actions(tensordict))
-            nxt = self._fill(out["next"], _OUTPUTS)
-            reset = self._fill(reset, _RESET_OUTPUTS)
+            nxt = self._fill(out["next"], OUTPUTS)
+            reset = self._fill(reset, RESET_OUTPUTS)
         nxt, reset = self._on_device(nxt), self._on_device(reset)
-        return nxt, self._ended(nxt), reset
+        return nxt, self._ended(nxt), lambda: reset
 
     def _step_and_reset_columns(
         self, tensordict: TensorDictBase, step_layout: FlatLayout, reset_layout: FlatLayout
-    ) -> tuple[TensorDictBase, torch.Tensor, TensorDictBase]:
+    ) -> tuple[TensorDictBase, torch.Tensor, Callable[[], TensorDictBase]]:
         """:meth:`_step_and_reset_rows` through the pool's columns: no TensorDict of the pool's
         to build and lay out again, the specs' tensors straight from its arrays."""
         actions = self._action_values(tensordict)
@@ -214,22 +215,24 @@ class _BatchedEnv(BatchedViews, EnvBase):
         batch, device = self.batch_size, self.device
         cpu = device if device is not None and device.type == "cpu" else None
         nxt = self._on_device(td_unchecked(_tensors(step, step_layout), batch, cpu))
-        reset = self._on_device(td_unchecked(_tensors(following, reset_layout), batch, cpu))
+
+        def reset() -> TensorDictBase:
+            return self._on_device(td_unchecked(_tensors(following, reset_layout), batch, cpu))
+
         return nxt, from_numpy(step[_DONE].reshape(-1)), reset
 
     def _column_layouts(self) -> tuple[FlatLayout, FlatLayout] | None:
         """The step's and the reset's outputs as root tensors (their specs' flat layouts),
         when the pool's columns hold each of them as an array of that shape (a dense pool
         of members without a batch shape of their own); else None."""
-        layout = self._layout()
-        step = layout.flat_layout(self, _OUTPUTS)
-        reset = layout.flat_layout(self, _RESET_OUTPUTS)
+        plan = self._step_plan()
+        step, reset = plan.step_layout, plan.reset_layout
         if step is None or reset is None:
             return None
         pool = self.pool
         cached = self.__dict__.get("_column_layouts_cache")
-        if cached is not None and cached[0] is pool and cached[1] is step and cached[2] is reset:
-            return cached[3]
+        if cached is not None and cached[0] is pool and cached[1] is plan:
+            return cached[2]
         usable = pool.is_dense and not pool.env_specs[0].batch_shape
         if usable:
             spec = pool.env_specs[0]
@@ -238,7 +241,7 @@ class _BatchedEnv(BatchedViews, EnvBase):
                 shapes = {leaf.key: (n, *leaf.shape) for leaf in leaves if leaf.dtype != OBJECT}
                 usable = usable and all(shapes.get((key,)) == tuple(shape) for key, shape, _ in wanted)
         found = (step, reset) if usable else None
-        self.__dict__["_column_layouts_cache"] = (pool, step, reset, found)
+        self.__dict__["_column_layouts_cache"] = (pool, plan, found)
         return found
 
     def _stepping(self) -> None:
@@ -250,22 +253,24 @@ class _BatchedEnv(BatchedViews, EnvBase):
             shim.reset()
             self._was_reset = True
 
-    @property
-    def _fusable(self) -> bool:
-        """Whether a step can reset its ended episodes itself: plain flags, one batch dim."""
-        return self.batch_dims == 1 and set(self.done_keys) <= set(_FLAGS) and self.worker_indices is None
+    def _step_plan(self) -> StepPlan:
+        """What a step reads of the specs, read once per set of spec objects."""
+        plans: StepPlans | None = self.__dict__.get("_step_plans")
+        if plans is None:
+            plans = self.__dict__["_step_plans"] = StepPlans()
+        return plans.get(self, self._layout())
 
     def _reset_from_step(
         self, tensordict: TensorDictBase | None, kwargs: dict[str, Any]
     ) -> TensorDictBase | None:
         """The reset rows the fused step kept, if this reset asks for exactly those envs."""
-        kept: tuple[torch.Tensor, TensorDictBase] | None = self.__dict__.get("_reset_rows")
+        kept: tuple[torch.Tensor, Callable[[], TensorDictBase]] | None = self.__dict__.get("_reset_rows")
         self.__dict__["_reset_rows"] = None
         if kept is None or kwargs or tensordict is None:
             return None
         ended, rows = kept
         mask = _reset_mask(tensordict, self.batch_size[:1])
-        return rows if mask is not None and torch.equal(mask, ended) else None
+        return rows() if mask is not None and torch.equal(mask, ended) else None
 
     def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
         self.check_view()
@@ -303,7 +308,7 @@ class _BatchedEnv(BatchedViews, EnvBase):
                 actions.set(key, td_get(kept, key))
             actions.set("_step", step.reshape(-1))
         out = self._run(self.pool.step, actions, self.worker_indices)
-        return self._on_device(self._fill(out["next"], _OUTPUTS))
+        return self._on_device(self._fill(out["next"], OUTPUTS))
 
     def _actions(self, tensordict: TensorDictBase) -> TensorDictBase:
         """The actions of ``tensordict`` as the pool takes them (:meth:`_action_values`), in a
@@ -377,23 +382,24 @@ class _BatchedEnv(BatchedViews, EnvBase):
         root: dict[str, Any] | None,
         nxt: TensorDictBase,
         ended: torch.Tensor | None,
-        reset: TensorDictBase,
+        reset: Callable[[], TensorDictBase],
     ) -> TensorDictBase | None:
         """TorchRL's ``step_mdp`` (keeping the action and other entries) then ``maybe_reset``
         for an input of tensors at its root: its entries but the reward and flags, the step's
-        observations and flags, and the rows of ``reset`` where ``ended`` (None: no episode
+        observations and flags, and the rows ``reset()`` makes where ``ended`` (None: no episode
         ended) (as TorchRL's ``maybe_reset``: unless every env was reset, entries the reset
         does not give, the action..., are zeros in those rows); None for other inputs.
-        ``reset`` holds every env's next input (the step's observation where no episode
+        Those rows hold every env's next input (the step's observation where no episode
         ended), as the pool's step-and-reset gives it."""
         following = flat_entries(nxt)
         if root is None or following is None:
             return None
-        rewards, not_carried = self._mdp_names()
+        plan = self._step_plan()
+        rewards, not_carried = plan.rewards, plan.not_carried
         entries = {key: value for key, value in root.items() if key not in not_carried}
         entries.update({key: value for key, value in following.items() if key not in rewards})
         if ended is not None:
-            rows = flat_entries(reset)
+            rows = flat_entries(reset())
             if rows is None or not rows.keys() <= entries.keys():
                 return None
             if not all(_flags(ended)):
@@ -403,18 +409,6 @@ class _BatchedEnv(BatchedViews, EnvBase):
             # the reset rows are the step's own where no episode ended: whole columns
             entries.update(rows)
         return td_unchecked(entries, tensordict.batch_size, tensordict.device)
-
-    def _mdp_names(self) -> tuple[set[str], set[str]]:
-        """The root names of the rewards, and of the entries a step's input does not carry
-        to the next (rewards, flags, masks, ``"next"``), read once per set of keys."""
-        reward_keys, done_keys = self.reward_keys, self.done_keys
-        cached = self.__dict__.get("_mdp_names_cache")
-        if cached is not None and cached[0] is reward_keys and cached[1] is done_keys:
-            return cached[2]
-        rewards = {key_tuple(key)[0] for key in reward_keys}
-        names = rewards, {*rewards, *(key_tuple(key)[0] for key in done_keys), "_reset", "next"}
-        self.__dict__["_mdp_names_cache"] = (reward_keys, done_keys, names)
-        return names
 
     def _set_seed(self, seed: int | None) -> None:
         self.set_seed(seed)
