@@ -137,7 +137,7 @@ class _BatchedEnv(BatchedViews, EnvBase):
         self.__dict__["_fuse_reset"] = fuse
         try:
             if fuse and self._lean(tensordict, keys, plan):
-                return self._lean_step_and_maybe_reset(tensordict)
+                return self._lean_step_and_maybe_reset(tensordict, plan)
             step_and_maybe_reset = cast(Any, super()._step_and_maybe_reset)  # pyright: ignore[reportUnknownMemberType]
             return step_and_maybe_reset(tensordict)
         finally:
@@ -163,14 +163,16 @@ class _BatchedEnv(BatchedViews, EnvBase):
             and plan.plain
         )
 
-    def _lean_step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+    def _lean_step_and_maybe_reset(
+        self, tensordict: TensorDictBase, plan: StepPlan
+    ) -> tuple[TensorDictBase, TensorDictBase]:
         """TorchRL's ``step_and_maybe_reset`` for :meth:`_lean` cases: the step's entries set
         under ``"next"``, TorchRL's ``step_mdp``, then the reset rows of the envs whose
         episode ended written over the next input."""
         root = flat_entries(tensordict)  # the input's entries, before "next" joins them
-        nxt, ended, reset = self._step_and_reset_rows(tensordict)
+        nxt, ended, reset = self._step_and_reset_rows(tensordict, plan)
         any_ended = any(_flags(ended))
-        following = self._step_mdp_flat(tensordict, root, nxt, ended if any_ended else None, reset)
+        following = self._step_mdp_flat(tensordict, root, nxt, ended if any_ended else None, reset, plan)
         if root is not None:  # a TensorDict of tensors: "next" set as TorchRL's step_mdp sets entries
             cast(Any, tensordict)._set_str("next", nxt, validated=True, inplace=False, non_blocking=False)
         else:
@@ -187,14 +189,14 @@ class _BatchedEnv(BatchedViews, EnvBase):
         return tensordict, following
 
     def _step_and_reset_rows(
-        self, tensordict: TensorDictBase
+        self, tensordict: TensorDictBase, plan: StepPlan | None = None
     ) -> tuple[TensorDictBase, torch.Tensor, Callable[[], TensorDictBase]]:
         """One pool call for a step and the resets of the episodes it ends: the step's
         result laid out as the specs, which envs ended (one bool per env), and what makes
         the next input's rows for every env (reset ones where the episode ended): a step
         where no episode ended need not build them."""
         self._stepping()
-        if (layouts := self._column_layouts()) is not None:
+        if (layouts := self._column_layouts(plan or self._step_plan())) is not None:
             return self._step_and_reset_columns(tensordict, *layouts)
         if self._wrapper is not None:
             nxt, reset = self._wrapper.step_and_reset_rows(tensordict)
@@ -221,11 +223,10 @@ class _BatchedEnv(BatchedViews, EnvBase):
 
         return nxt, from_numpy(step[_DONE].reshape(-1)), reset
 
-    def _column_layouts(self) -> tuple[FlatLayout, FlatLayout] | None:
+    def _column_layouts(self, plan: StepPlan) -> tuple[FlatLayout, FlatLayout] | None:
         """The step's and the reset's outputs as root tensors (their specs' flat layouts),
         when the pool's columns hold each of them as an array of that shape (a dense pool
         of members without a batch shape of their own); else None."""
-        plan = self._step_plan()
         step, reset = plan.step_layout, plan.reset_layout
         if step is None or reset is None:
             return None
@@ -383,6 +384,7 @@ class _BatchedEnv(BatchedViews, EnvBase):
         nxt: TensorDictBase,
         ended: torch.Tensor | None,
         reset: Callable[[], TensorDictBase],
+        plan: StepPlan,
     ) -> TensorDictBase | None:
         """TorchRL's ``step_mdp`` (keeping the action and other entries) then ``maybe_reset``
         for an input of tensors at its root: its entries but the reward and flags, the step's
@@ -394,7 +396,6 @@ class _BatchedEnv(BatchedViews, EnvBase):
         following = flat_entries(nxt)
         if root is None or following is None:
             return None
-        plan = self._step_plan()
         rewards, not_carried = plan.rewards, plan.not_carried
         entries = {key: value for key, value in root.items() if key not in not_carried}
         entries.update({key: value for key, value in following.items() if key not in rewards})

@@ -181,7 +181,7 @@ def test_gymnasium_members_through_columns_same_as_through_tensordicts(executor:
     """gymnasium members (the drop-in's own specs of their spaces): the step through the
     pool's columns gives what the step through its TensorDicts gives."""
     by_tensordicts = _ours("SerialEnv")(N, _gym_cartpole, executor=executor)
-    by_tensordicts._column_layouts = lambda: None  # the TensorDict path, as before the columns
+    by_tensordicts._column_layouts = lambda plan: None  # the TensorDict path, as before the columns
     try:
         expected = _step_loop(by_tensordicts, 60)
     finally:
