@@ -69,6 +69,13 @@ def _assert_same(got: Any, expected: Any, where: str) -> None:
         assert torch.equal(got[key], expected[key]), (where, key)
 
 
+def _assert_same_loops(got: list[tuple[Any, Any]], expected: list[tuple[Any, Any]]) -> None:
+    """Two :func:`_step_loop` runs step by step the same."""
+    for t, ((got_step, got_next), (step, nxt)) in enumerate(zip(got, expected, strict=True)):
+        _assert_same(got_step, step, f"step {t}")
+        _assert_same(got_next, nxt, f"next input {t}")
+
+
 # CartPole: a few envs end at once (the others' rows kept, the action zeroed where reset, as
 # TorchRL does); Pendulum: every env truncated at step 200 at once (the reset taken whole)
 @pytest.mark.parametrize("make", [_Gym("CartPole-v1"), _Gym("Pendulum-v1")], ids=lambda f: f.__name__)
@@ -82,9 +89,7 @@ def test_step_loop_same_as_torchrl(executor: str, make: _Gym) -> None:
     finally:
         ours.close()
     assert sum(int(s["next", "done"].sum()) for s, _ in expected) > 0
-    for t, ((got_step, got_next), (step, nxt)) in enumerate(zip(got, expected, strict=True)):
-        _assert_same(got_step, step, f"step {t}")
-        _assert_same(got_next, nxt, f"next input {t}")
+    _assert_same_loops(got, expected)
 
 
 def test_transformed_env_same_as_torchrl(executor: str) -> None:
@@ -119,9 +124,7 @@ def test_other_gym_members_same_as_torchrl(executor: str, make: _Gym) -> None:
         got = _step_loop(ours, 30)
     finally:
         ours.close()
-    for t, ((got_step, got_next), (step, nxt)) in enumerate(zip(got, expected, strict=True)):
-        _assert_same(got_step, step, f"step {t}")
-        _assert_same(got_next, nxt, f"next input {t}")
+    _assert_same_loops(got, expected)
 
 
 def test_plain_gym_env_detection() -> None:
@@ -192,6 +195,4 @@ def test_gymnasium_members_through_columns_same_as_through_tensordicts(executor:
     finally:
         by_columns.close()
     assert sum(int(s["next", "done"].sum()) for s, _ in expected) > 0
-    for t, ((got_step, got_next), (step, nxt)) in enumerate(zip(got, expected, strict=True)):
-        _assert_same(got_step, step, f"step {t}")
-        _assert_same(got_next, nxt, f"next input {t}")
+    _assert_same_loops(got, expected)
