@@ -20,11 +20,10 @@ from tensordict import TensorDict, TensorDictBase
 
 import aenvs._sync as _sync
 from aenvs._adapters.torchrl import EnvBase, MultiOneHot, OneHot
-from aenvs._specs import OBJECT
 from aenvs._tensors import flat_entries, from_numpy, td_get, td_keys, td_unchecked
-from aenvs._torchrl_batched.filling import FlatLayout, OutputLayout, key_tuple
+from aenvs._torchrl_batched.filling import FlatLayout, OutputLayout, key_tuple, tensors_of
 from aenvs._torchrl_batched.options import IGNORED, check_torchrl_options, factories
-from aenvs._torchrl_batched.plans import OUTPUTS, RESET_OUTPUTS, StepPlan, StepPlans
+from aenvs._torchrl_batched.plans import OUTPUTS, RESET_OUTPUTS, StepPlan, StepPlans, columns_fit
 from aenvs._torchrl_batched.specs import SPEC_NAMES, MemberSpecs, member_specs
 from aenvs._torchrl_batched.views import BatchedViews
 from aenvs._torchrl_batched.wrapper import AenvsWrapper
@@ -216,34 +215,23 @@ class _BatchedEnv(BatchedViews, EnvBase):
         step, following = self._run(self.pool.step_and_maybe_reset_columns, actions)
         batch, device = self.batch_size, self.device
         cpu = device if device is not None and device.type == "cpu" else None
-        nxt = self._on_device(td_unchecked(_tensors(step, step_layout), batch, cpu))
+        nxt = self._on_device(td_unchecked(tensors_of(step, step_layout), batch, cpu))
 
         def reset() -> TensorDictBase:
-            return self._on_device(td_unchecked(_tensors(following, reset_layout), batch, cpu))
+            return self._on_device(td_unchecked(tensors_of(following, reset_layout), batch, cpu))
 
         return nxt, from_numpy(step[_DONE].reshape(-1)), reset
 
     def _column_layouts(self, plan: StepPlan) -> tuple[FlatLayout, FlatLayout] | None:
-        """The step's and the reset's outputs as root tensors (their specs' flat layouts),
-        when the pool's columns hold each of them as an array of that shape (a dense pool
-        of members without a batch shape of their own); else None."""
-        step, reset = plan.step_layout, plan.reset_layout
-        if step is None or reset is None:
+        """The step's and the reset's flat layouts, when the pool's columns hold them
+        (:func:`columns_fit`), read once per plan and pool."""
+        if plan.step_layout is None or plan.reset_layout is None:
             return None
         pool = self.pool
         cached = self.__dict__.get("_column_layouts_cache")
-        if cached is not None and cached[0] is pool and cached[1] is plan:
-            return cached[2]
-        usable = pool.is_dense and not pool.env_specs[0].batch_shape
-        if usable:
-            spec = pool.env_specs[0]
-            n = self.batch_size[0]
-            for leaves, wanted in ((spec.step_leaves, step), (spec.reset_leaves, reset)):
-                shapes = {leaf.key: (n, *leaf.shape) for leaf in leaves if leaf.dtype != OBJECT}
-                usable = usable and all(shapes.get((key,)) == tuple(shape) for key, shape, _ in wanted)
-        found = (step, reset) if usable else None
-        self.__dict__["_column_layouts_cache"] = (pool, plan, found)
-        return found
+        if cached is None or cached[0] is not pool or cached[1] is not plan:
+            cached = self.__dict__["_column_layouts_cache"] = (pool, plan, columns_fit(plan, pool))
+        return cached[2]
 
     def _stepping(self) -> None:
         """Get the pool ready for a step: started, and reset if it was not (TorchRL's
@@ -457,15 +445,6 @@ def _flags(ended: torch.Tensor) -> list[bool]:
     """One bool per env, as Python values (a torch reduction costs several times more here)."""
     flags: list[bool] = ended.tolist()  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
     return flags
-
-
-def _tensors(columns: dict[tuple[str, ...], Any], layout: FlatLayout) -> dict[str, torch.Tensor]:
-    """The arrays of ``columns`` that ``layout`` names, as tensors of its dtypes."""
-    values: dict[str, torch.Tensor] = {}
-    for key, _, dtype in layout:
-        value = from_numpy(columns[(key,)])
-        values[key] = value if value.dtype is dtype else value.to(dtype)
-    return values
 
 
 def td_to(td: TensorDictBase, device: Any) -> TensorDictBase:

@@ -21,9 +21,9 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from aenvs._adapters.torchrl import Composite, NonTensor
-from aenvs._tensors import flat_entries, td_get, td_unchecked
+from aenvs._tensors import flat_entries, from_numpy, td_get, td_unchecked
 
-__all__ = ["FillPlan", "FlatLayout", "OutputLayout", "key_tuple"]
+__all__ = ["FillPlan", "FlatLayout", "OutputLayout", "key_tuple", "tensors_of"]
 
 FlatLayout = list[tuple[str, torch.Size, torch.dtype]]
 """Root tensor leaves of specs: (name, batched shape, dtype) per leaf."""
@@ -121,6 +121,16 @@ class OutputLayout:
         if plan is None or plan.spec is not spec:
             plan = plans[name] = FillPlan(spec)
         return plan
+
+
+def tensors_of(columns: dict[tuple[str, ...], Any], layout: FlatLayout) -> dict[str, torch.Tensor]:
+    """The numpy arrays of ``columns`` (a pool's, by key) that ``layout`` names, as tensors of
+    its dtypes (no copy where the dtype is already that)."""
+    values: dict[str, torch.Tensor] = {}
+    for key, _, dtype in layout:
+        value = from_numpy(columns[(key,)])
+        values[key] = value if value.dtype is dtype else value.to(dtype)
+    return values
 
 
 def _broadcast(root: torch.Tensor, shape: torch.Size, batch_dims: int) -> torch.Tensor:

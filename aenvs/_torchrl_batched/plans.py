@@ -19,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from aenvs._specs import OBJECT
 from aenvs._torchrl_batched.filling import FlatLayout, OutputLayout, key_tuple
 
-__all__ = ["OUTPUTS", "RESET_OUTPUTS", "StepPlan", "StepPlans"]
+__all__ = ["OUTPUTS", "RESET_OUTPUTS", "StepPlan", "StepPlans", "columns_fit"]
 
 FLAGS = frozenset({"done", "terminated", "truncated"})
 OUTPUTS = ("full_observation_spec", "full_reward_spec", "full_done_spec")
@@ -93,3 +94,20 @@ def _read(env: Any, layout: OutputLayout) -> StepPlan:
         rewards=rewards,
         not_carried=rewards | flags | {"_reset", "next"},
     )
+
+
+def columns_fit(plan: StepPlan, pool: Any) -> tuple[FlatLayout, FlatLayout] | None:
+    """The step's and the reset's flat layouts of ``plan``, when ``pool``'s columns hold each
+    of their entries as an array of that shape (a dense pool of members without a batch
+    shape of their own): a step can then go through the pool's columns. Else None."""
+    step, reset = plan.step_layout, plan.reset_layout
+    if step is None or reset is None or not pool.is_dense:
+        return None
+    spec = pool.env_specs[0]
+    if spec.batch_shape:
+        return None
+    for leaves, wanted in ((spec.step_leaves, step), (spec.reset_leaves, reset)):
+        shapes = {leaf.key: (pool.num_envs, *leaf.shape) for leaf in leaves if leaf.dtype != OBJECT}
+        if not all(shapes.get((key,)) == tuple(shape) for key, shape, _ in wanted):
+            return None
+    return step, reset
