@@ -235,7 +235,7 @@ class Sender:
                 rows = len(value)
             if rows != num_rows:
                 raise ValueError(f"the actions {'.'.join(path)!r} have {rows} rows for {num_rows} envs")
-        td = td_unchecked(tensors, torch.Size([len(indices)]))
+        td = td_unchecked(tensors, torch.Size([num_rows]))
         checked = batcher.check_actions(td, indices)
         objects = batcher.objects.read(td, indices, columns)
         batcher.write_actions(td, indices, checked)

@@ -23,14 +23,13 @@ from aenvs._adapters.torchrl import EnvBase, MultiOneHot, OneHot
 from aenvs._tensors import flat_entries, from_numpy, td_get, td_keys, td_unchecked
 from aenvs._torchrl_batched.filling import FlatLayout, OutputLayout, key_tuple, tensors_of
 from aenvs._torchrl_batched.options import IGNORED, check_torchrl_options, factories
-from aenvs._torchrl_batched.plans import OUTPUTS, RESET_OUTPUTS, StepPlan, StepPlans, columns_fit
+from aenvs._torchrl_batched.plans import FLAGS, OUTPUTS, RESET_OUTPUTS, StepPlan, StepPlans, columns_fit
 from aenvs._torchrl_batched.specs import SPEC_NAMES, MemberSpecs, member_specs
 from aenvs._torchrl_batched.views import BatchedViews
 from aenvs._torchrl_batched.wrapper import AenvsWrapper
 
 __all__ = ["ParallelEnv", "SerialEnv"]
 
-_FLAGS = ("done", "terminated", "truncated")
 _DONE = ("done",)
 
 
@@ -225,8 +224,6 @@ class _BatchedEnv(BatchedViews, EnvBase):
     def _column_layouts(self, plan: StepPlan) -> tuple[FlatLayout, FlatLayout] | None:
         """The step's and the reset's flat layouts, when the pool's columns hold them
         (:func:`columns_fit`), read once per plan and pool."""
-        if plan.step_layout is None or plan.reset_layout is None:
-            return None
         pool = self.pool
         cached = self.__dict__.get("_column_layouts_cache")
         if cached is None or cached[0] is not pool or cached[1] is not plan:
@@ -353,7 +350,7 @@ class _BatchedEnv(BatchedViews, EnvBase):
 
     def _kept_keys(self) -> list[tuple[str, ...]]:
         keys = [key_tuple(k) for k in self.full_observation_spec.keys(True, True)]
-        return [*keys, *((flag,) for flag in _FLAGS if (flag,) in self.full_done_spec.keys(True, True))]
+        return [*keys, *((flag,) for flag in FLAGS if (flag,) in self.full_done_spec.keys(True, True))]
 
     def _fill(self, out: TensorDictBase, names: tuple[str, ...]) -> TensorDictBase:
         """The pool's output laid out as the members' specs: their keys, shapes and dtypes."""

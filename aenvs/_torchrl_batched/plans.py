@@ -22,9 +22,9 @@ from typing import Any
 from aenvs._specs import OBJECT
 from aenvs._torchrl_batched.filling import FlatLayout, OutputLayout, key_tuple
 
-__all__ = ["OUTPUTS", "RESET_OUTPUTS", "StepPlan", "StepPlans", "columns_fit"]
+__all__ = ["FLAGS", "OUTPUTS", "RESET_OUTPUTS", "StepPlan", "StepPlans", "columns_fit"]
 
-FLAGS = frozenset({"done", "terminated", "truncated"})
+FLAGS = ("done", "terminated", "truncated")
 OUTPUTS = ("full_observation_spec", "full_reward_spec", "full_done_spec")
 RESET_OUTPUTS = ("full_observation_spec", "full_done_spec")
 
@@ -85,9 +85,10 @@ def _spec_objects(env: Any) -> tuple[Any, ...] | None:
 def _read(env: Any, layout: OutputLayout) -> StepPlan:
     step_layout = layout.flat_layout(env, OUTPUTS)
     rewards = frozenset(key_tuple(key)[0] for key in env.reward_keys)
-    flags = frozenset(key_tuple(key)[0] for key in env.done_keys)
+    done_keys = [key_tuple(key) for key in env.done_keys]
+    flags = frozenset(key[0] for key in done_keys)
     return StepPlan(
-        fusable=env.batch_dims == 1 and {key_tuple(k) for k in env.done_keys} <= {(f,) for f in FLAGS},
+        fusable=env.batch_dims == 1 and all(len(key) == 1 and key[0] in FLAGS for key in done_keys),
         plain=step_layout is not None and not env.state_keys,
         step_layout=step_layout,
         reset_layout=layout.flat_layout(env, RESET_OUTPUTS),
