@@ -104,6 +104,7 @@ class Batcher:
         ]
         self.objects = ObjectActions(specs)
         self._all_rows = list(range(len(specs)))
+        self._no_extras: list[None] = [None] * len(specs)  # a batch of every env's plain answers
         # the members' own batch shape (TorchRL envs of batch size [3]): after the env dim in
         # every batch; the pool refuses members whose batch shapes differ
         self.batch_shape: tuple[int, ...] = specs[0].batch_shape if specs else ()
@@ -349,6 +350,11 @@ class Batcher:
         indices = [c.env_index for c in completions]
         return self._step_batch(completions, inputs, indices, *self._index(indices))
 
+    def step_whole(self, inputs: SentInputs) -> TensorDictBase:
+        """:meth:`step_batch` of every env, in order, answered plainly (no extra entries)."""
+        indices = self._all_rows
+        return self._step_batch((), inputs, indices, *self._index(indices))
+
     def _step_batch(
         self,
         completions: Sequence[Completion],
@@ -357,7 +363,9 @@ class Batcher:
         rows: npt.NDArray[np.int64] | None,
         env_index: torch.Tensor,
     ) -> TensorDictBase:
-        nxt = self._rows(indices, 1, [c.extras for c in completions], rows)
+        """``completions``: the envs' answers, or none when every env answered plainly."""
+        extras = [c.extras for c in completions] if completions else self._no_extras
+        nxt = self._rows(indices, 1, extras, rows)
         if self.timed_out:
             self._flag_timeouts(nxt, completions)
         sent = self._inputs(inputs, rows)
@@ -372,7 +380,7 @@ class Batcher:
 
     def _flag_timeouts(self, nxt: TensorDictBase, completions: Sequence[Completion]) -> None:
         """Set ``nxt``'s "timed_out" flags, and the entries of the steps a timeout ended."""
-        flags = np.zeros((len(completions), *self.batch_shape, 1), dtype=bool)
+        flags = np.zeros((nxt.batch_size[0], *self.batch_shape, 1), dtype=bool)
         for row, c in enumerate(completions):
             ended = c.value
             if not isinstance(ended, TimedOutStep):
@@ -396,7 +404,7 @@ class Batcher:
         not plain values): build it with :meth:`step_batch` then."""
         if not self.dense or self.batch_shape:
             return None
-        return self._columns(completions, 1, self._column_rows(completions))
+        return self._columns(completions, 1, self._column_rows(completions) if completions else None)
 
     def step_and_reset_columns(
         self, completions: Sequence[Completion]
@@ -405,7 +413,7 @@ class Batcher:
         reset rows: where an episode ended, its reset observation); None as there."""
         if not self.dense or self.batch_shape:
             return None
-        rows = self._column_rows(completions)
+        rows = self._column_rows(completions) if completions else None
         step = self._columns(completions, 1, rows)
         following = None if step is None else self._columns(completions, 0, rows)
         return None if step is None or following is None else (step, following)
@@ -422,7 +430,8 @@ class Batcher:
         rows: npt.NDArray[np.int64] | None,
     ) -> dict[Key, Any] | None:
         """:meth:`step_columns` (``which`` 1) or the reset rows (0) of ``completions``, whose
-        envs are the buffer ``rows`` (None: every env, in order)."""
+        envs are the buffer ``rows`` (None: every env, in order); no completions: every env,
+        answered plainly."""
         columns: dict[Key, Any] = {
             key: buf.copy() if rows is None else buf.take(rows, axis=0)
             for key, buf in self._dense_plan[which]
@@ -440,7 +449,7 @@ class Batcher:
                     return None
                 columns[key] = values
         if step and self.timed_out:
-            flags = np.zeros((len(completions), 1), dtype=bool)
+            flags = np.zeros((len(self._all_rows) if rows is None else len(rows), 1), dtype=bool)
             for row, c in enumerate(completions):
                 ended = c.value
                 if isinstance(ended, TimedOutStep):
@@ -453,11 +462,16 @@ class Batcher:
         columns[_ENV_INDEX] = self._arange_np.copy() if rows is None else rows.copy()
         return columns
 
+    def step_and_reset_whole(self, inputs: SentInputs) -> tuple[TensorDictBase, TensorDictBase]:
+        """:meth:`step_and_reset_batch` of every env, in order, answered plainly."""
+        return self.step_and_reset_batch((), inputs)
+
     def step_and_reset_batch(
         self, completions: Sequence[Completion], inputs: SentInputs
     ) -> tuple[TensorDictBase, TensorDictBase]:
-        """``step_batch``, and the next step's input: reset observations where an episode ended."""
-        indices = [c.env_index for c in completions]
+        """``step_batch``, and the next step's input: reset observations where an episode
+        ended (no ``completions``: every env, in order, answered plainly)."""
+        indices = [c.env_index for c in completions] if completions else self._all_rows
         rows, env_index = self._index(indices)
         out = self._step_batch(completions, inputs, indices, rows, env_index)
         # its own env_index: the caller may write into one of the two
@@ -465,7 +479,8 @@ class Batcher:
             second_index = env_index.clone()
         else:
             second_index = from_numpy((self._arange_np if rows is None else rows).copy())
-        nxt = self._rows(indices, 0, [c.reset_extras for c in completions], rows, second_index)
+        reset_extras = [c.reset_extras for c in completions] if completions else self._no_extras
+        nxt = self._rows(indices, 0, reset_extras, rows, second_index)
         return out, nxt
 
 

@@ -33,6 +33,7 @@ class EnvRows:
     step: dict[Key, np.ndarray]
     action: dict[Key, np.ndarray]
     row: int
+    group: BufferGroup | None = None  # the group whose buffers these rows are of
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +53,7 @@ class BufferGroup:
             # slice + reshape keeps 0-d rows as writable views, not copies
             return {k: b[row : row + 1].reshape(b.shape[1:]) for k, b in buffers.items()}
 
-        return EnvRows(views(self.reset), views(self.step), self.action, row)
+        return EnvRows(views(self.reset), views(self.step), self.action, row, self)
 
 
 class Buffers:

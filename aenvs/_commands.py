@@ -9,7 +9,7 @@ from typing import Any
 
 from aenvs._errors import EnvCrashedError, EnvError, EnvTimeoutError
 
-__all__ = ["TRANSITIONS", "Command", "CommandKind", "Completion", "RemoteError", "pack", "unpack"]
+__all__ = ["TRANSITIONS", "Command", "CommandKind", "Completion", "Packed", "RemoteError", "pack", "unpack"]
 
 
 class CommandKind(enum.Enum):

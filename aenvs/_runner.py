@@ -3,7 +3,8 @@
 Every executor hosts runners (on the event loop, in a worker thread, process or
 actor), so adapting gymnasium envs, auto-reset, seeding, result layout and
 exception capture behave the same everywhere. A runner writes fixed-shape results
-into its envs' buffer rows and returns a small :class:`Completion` per env.
+into its envs' buffer rows and returns a small :class:`Completion` per env (or, for a
+command every env answered plainly, one packed record of them all).
 """
 
 from __future__ import annotations
@@ -11,15 +12,15 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, overload
 
 import numpy as np
 
 from aenvs._adapters import Outcome, build_env, make_adapter
 from aenvs._buffers import EnvRows
-from aenvs._commands import Command, CommandKind, Completion, RemoteError
+from aenvs._commands import Command, CommandKind, Completion, Packed, RemoteError
 from aenvs._env import EnvContext, EnvFn
+from aenvs._env_rows import ColumnRun, EnvSlot
 from aenvs._errors import EnvError
 from aenvs._scalars import reward_value
 from aenvs._specs import EnvSpec, Key
@@ -27,8 +28,6 @@ from aenvs._specs import EnvSpec, Key
 __all__ = ["EnvRunner", "answers", "drive"]
 
 T = TypeVar("T")
-_REWARD, _DONE, _TERMINATED, _TRUNCATED = ("reward",), ("done",), ("terminated",), ("truncated",)
-_FLAGS = (_DONE, _TERMINATED, _TRUNCATED)
 _StepTuple = tuple[Any, Any, Any, Any, Any]  # what a gymnasium env's step returns
 _STEP, _SMR = CommandKind.STEP, CommandKind.STEP_AND_RESET  # looked up once: every step compares them
 
@@ -41,76 +40,6 @@ def drive(coro: Coroutine[Any, Any, T]) -> T:
         return stop.value
     coro.close()
     raise RuntimeError("an async env was run outside an event loop")
-
-
-@dataclass(slots=True)
-class _Slot:
-    adapter: Any
-    rows: EnvRows | None = None
-    # the step's scalar rows, looked up once: written for every env on every step
-    reward: np.ndarray | None = None
-    terminated: np.ndarray | None = None
-    truncated: np.ndarray | None = None
-    done: np.ndarray | None = None
-    reset_flags: tuple[np.ndarray, ...] = ()
-    carry: tuple[tuple[np.ndarray, np.ndarray], ...] = ()  # (reset row, step row) per observation leaf
-    # a native env with one observation entry at its root: that entry's name and step row
-    plain_name: str | None = None
-    plain_row: np.ndarray | None = None
-    # a plain gymnasium env with an array observation: its env's step, its action reader
-    # (row -> the action as the env's space expects it) and its observation row
-    env_step: Any = None
-    read_action: Any = None
-    row: int = 0
-    array_row: np.ndarray | None = None
-    # an env with a batch shape of its own: its reset of the sub-envs that ended, else None
-    autoreset: Any = None
-    closed: bool = False  # its adapter's close ran (or was started): never again
-
-    def close(self) -> Any:
-        """Start closing the env once: what its ``close`` returned (awaitable for an async env),
-        None on a second call."""
-        if self.closed:
-            return None
-        self.closed = True
-        return self.adapter.close()
-
-    def write_scalars(self, reward: float, terminated: bool, truncated: bool, done: bool) -> None:
-        """A step's reward and flags, into their rows."""
-        self.reward[0] = reward  # pyright: ignore[reportOptionalSubscript] - attached with the rows
-        self.terminated[0] = terminated  # pyright: ignore[reportOptionalSubscript]
-        self.truncated[0] = truncated  # pyright: ignore[reportOptionalSubscript]
-        self.done[0] = done  # pyright: ignore[reportOptionalSubscript]
-
-    def carry_observation(self) -> None:
-        """The next step's observation is this step's (its flags stay False: the episode goes on)."""
-        for reset_row, step_row in self.carry:
-            reset_row[...] = step_row
-
-    def attach(self, rows: EnvRows) -> None:
-        self.rows, self.row = rows, rows.row
-        step = rows.step
-        self.reward, self.done = step[_REWARD], step[_DONE]
-        self.terminated, self.truncated = step[_TERMINATED], step[_TRUNCATED]
-        self.plain_name = getattr(self.adapter, "plain_observation", None)
-        self.plain_row = None if self.plain_name is None else step[(self.plain_name,)]
-        array_key: Key | None = getattr(self.adapter, "array_observation", None)
-        if array_key is not None and array_key in step:
-            self.env_step, self.array_row = self.adapter.env.step, step[array_key]
-            self.read_action = self.adapter.action_reader(rows.action)
-        else:
-            self.env_step = self.read_action = self.array_row = None
-        self.reset_flags = (rows.reset[_DONE], rows.reset[_TERMINATED], rows.reset[_TRUNCATED])
-        self.autoreset = getattr(self.adapter, "autoreset", None)
-        if self.autoreset is not None:
-            # a batched env writes its per sub-env reward and flags among its items; its
-            # Outcome's scalars (whether any sub-env ended) go to scratch rows, so that the
-            # step path stays the same for every env
-            self.reward, self.done, self.terminated, self.truncated = (
-                np.zeros(1, t) for t in (np.float32, bool, bool, bool)
-            )
-            self.reset_flags = (np.zeros(1, bool),)
-        self.carry = tuple((view, step[key]) for key, view in rows.reset.items() if key not in _FLAGS)
 
 
 class EnvRunner:
@@ -128,10 +57,11 @@ class EnvRunner:
         adapters: Mapping[int, Any],
         recipes: Mapping[int, tuple[EnvFn, EnvContext, Mapping[str, Any] | None]] | None = None,
     ) -> None:
-        self._slots = {i: _Slot(adapter) for i, adapter in adapters.items()}
+        self._slots = {i: EnvSlot(adapter) for i, adapter in adapters.items()}
         self.specs: dict[int, EnvSpec] = {i: a.spec for i, a in adapters.items()}
         self.has_async = any(a.is_async for a in adapters.values())
         self._recipes = dict(recipes or {})  # how each env was built: REBUILD builds it again
+        self._run: ColumnRun | None = None  # set by attach
         self._loop: asyncio.AbstractEventLoop | None = None
         # seconds an async env's close may take (a rebuild's, the runner's close), None: unbounded
         self.close_timeout: float | None = None
@@ -172,6 +102,7 @@ class EnvRunner:
         """Give each env the buffer rows its results go to and its actions come from."""
         for i, slot in self._slots.items():
             slot.attach(rows[i])
+        self._run = ColumnRun.of(self._slots)
 
     def is_async(self, env_index: int) -> bool:
         """Whether env ``env_index``'s commands are coroutines (an async env)."""
@@ -187,30 +118,66 @@ class EnvRunner:
             return self._loop.run_until_complete(self.execute_async(command))
         return self.run_plain(command)
 
-    def run_plain(self, command: Command, stop_at_interrupt: bool = False) -> list[Completion]:
+    @overload
+    def run_plain(
+        self, command: Command, stop_at_interrupt: bool = False, *, packed: Literal[False] = False
+    ) -> list[Completion]: ...
+
+    @overload
+    def run_plain(
+        self, command: Command, stop_at_interrupt: bool = False, *, packed: bool
+    ) -> list[Completion] | Packed: ...
+
+    def run_plain(
+        self, command: Command, stop_at_interrupt: bool = False, *, packed: bool = False
+    ) -> list[Completion] | Packed:
         """Run ``command`` on its envs (plain ones, not async), env after env, to their ends now.
 
         A step of a gymnasium env whose observation is one array (the hot path of every
         executor) runs in this loop itself: its action read from its row, ``env.step``
         called, its results written straight into its rows. ``stop_at_interrupt``: stop
         after an env whose command raised KeyboardInterrupt (answered as its error), leaving
-        the envs after it unanswered.
+        the envs after it unanswered. ``packed``: when every env answered plainly (no error,
+        no extra entries, no value), the answers as one :data:`~aenvs._commands.Packed`
+        record rather than a Completion per env.
         """
         kind = command.kind
-        slots, done_list = self._slots, list[Completion]()
+        indices = command.env_indices
+        slots = self._slots
         smr = kind is _SMR
         array_steps = (kind is _STEP or smr) and command.object_actions is None
-        for i in command.env_indices:
+        # per env its flags; a Completion only for an answer that carries more (by position)
+        dones: list[bool] = []
+        resets: list[bool] = []
+        odd: dict[int, Completion] = {}
+        # every env hosted, in order, on the array path: scalars written (and observations
+        # carried) a column at a time, until an env leaves that path
+        run = self._run if array_steps else None
+        if run is not None and indices != run.indices:
+            run = None
+        rewards: list[float] = []
+        terminations: list[bool] = []
+        truncations: list[bool] = []
+        for i in indices:
             slot = slots[i]
             env_step = slot.env_step if array_steps else None
+            was_reset = False
             try:
                 if env_step is None:
                     completion = drive(self.execute_one(i, command))
+                    done, was_reset = completion.done, completion.was_reset
+                    if (
+                        completion.error is not None
+                        or completion.extras is not None
+                        or completion.reset_extras is not None
+                        or completion.value is not None
+                    ):
+                        odd[len(dones)] = completion
                 else:
-                    out: Any = env_step(slot.read_action(slot.row))
-                    if type(out) is not tuple or len(out) != 5:  # pyright: ignore[reportUnknownArgumentType]
+                    out: _StepTuple = env_step(slot.read_action(slot.row))
+                    if type(out) is not tuple or len(out) != 5:
                         out = slot.adapter.step_tuple(out)
-                    obs, reward, terminated, truncated, info = cast(_StepTuple, out)
+                    obs, reward, terminated, truncated, info = out
                     view = slot.array_row
                     if type(obs) is np.ndarray and obs.shape == view.shape:  # pyright: ignore[reportOptionalMemberAccess]
                         reward, terminated, truncated = (
@@ -220,26 +187,51 @@ class EnvRunner:
                         )
                         done = terminated or truncated
                         view[...] = obs  # pyright: ignore[reportOptionalSubscript]
-                        slot.write_scalars(reward, terminated, truncated, done)
+                        if run is None:
+                            slot.write_scalars(reward, terminated, truncated, done)
+                        else:
+                            rewards.append(reward)
+                            terminations.append(terminated)
+                            truncations.append(truncated)
                         extras = _with_info(None, info) if info else None
                     else:  # not the array the space says: the general path, and its errors
+                        if run is not None:
+                            run.write(rewards, terminations, truncations, dones, smr)
+                            run = None
                         outcome = slot.adapter.outcome(out, True)
                         done = outcome.terminated or outcome.truncated
                         extras = self._write_step(slot, outcome, done)
-                    completion = Completion(i, kind, None, extras, extras if smr else None, done)
+                    reset_extras = extras if smr else None
                     if smr:
                         if done:
-                            completion.reset_extras = self._write_reset(slot, slot.adapter.reset(None, None))
-                            completion.was_reset = True
-                        else:
-                            slot.carry_observation()
+                            reset_extras = self._write_reset(slot, slot.adapter.reset(None, None))
+                            was_reset = True
+                        elif run is None:
+                            slot.carry_observation()  # else the run carries it with the others
+                    if extras is not None or reset_extras is not None:
+                        odd[len(dones)] = Completion(i, kind, None, extras, reset_extras, done, was_reset)
             except BaseException as exc:  # the env's own (a plain env may raise anything, even
                 # KeyboardInterrupt or CancelledError): its error, like any other
-                completion = Completion(i, kind, error=RemoteError.capture(exc))
-            done_list.append(completion)
-            if stop_at_interrupt and completion.error is not None and completion.error.interrupted:
-                break
-        return done_list
+                odd[len(dones)] = Completion(i, kind, error=RemoteError.capture(exc))
+                if run is not None:  # what the run wrote so far, not this env's
+                    del rewards[len(dones) :], terminations[len(dones) :], truncations[len(dones) :]
+                    run.write(rewards, terminations, truncations, dones, smr)
+                    run = None
+                done = was_reset = False
+            dones.append(done)
+            resets.append(was_reset)
+            if stop_at_interrupt and odd:
+                error = odd.get(len(dones) - 1)
+                if error is not None and error.error is not None and error.error.interrupted:
+                    break
+        if run is not None:
+            run.write(rewards, terminations, truncations, dones, smr)
+        if packed and not odd:
+            return (kind, indices, bytes(dones), bytes(resets))
+        return [
+            odd.get(position) or Completion(i, kind, None, None, None, d, r)
+            for position, (i, d, r) in enumerate(zip(indices, dones, resets, strict=False))
+        ]
 
     async def execute_async(self, command: Command) -> list[Completion]:
         """Run ``command`` on its envs hosted here concurrently, on the running loop."""
@@ -329,11 +321,11 @@ class EnvRunner:
             error = RemoteError.capture(exc)
             raise EnvError(i, "make", error.traceback, error.exc_type) from None
 
-    async def _rebuild(self, i: int, slot: _Slot) -> None:
+    async def _rebuild(self, i: int, slot: EnvSlot) -> None:
         # the env failed before: closing it may fail or hang too, and must not stop the rebuild
         await _bounded_close(slot, self.close_timeout)
         fn, context, kwargs = self._recipes[i]
-        fresh = _Slot(make_adapter(build_env(fn, context, kwargs)))
+        fresh = EnvSlot(make_adapter(build_env(fn, context, kwargs)))
         difference = self.specs[i].layout_difference(fresh.adapter.spec)
         if difference is not None:
             await _bounded_close(fresh, self.close_timeout)
@@ -341,6 +333,7 @@ class EnvRunner:
         slot.adapter, slot.closed = fresh.adapter, False
         if slot.rows is not None:
             slot.attach(slot.rows)
+            self._run = ColumnRun.of(self._slots)
 
     @staticmethod
     def _write(rows: dict[Key, np.ndarray], items: list[tuple[Key, Any]]) -> dict[Key, Any] | None:
@@ -362,7 +355,7 @@ class EnvRunner:
         return extras
 
     @staticmethod
-    def _write_plain_step(slot: _Slot, out: dict[str, Any]) -> bool | None:
+    def _write_plain_step(slot: EnvSlot, out: dict[str, Any]) -> bool | None:
         """Write a native env's step result, a plain dict of exactly its one observation entry,
         ``"reward"``, ``"terminated"`` and maybe ``"truncated"``, straight into its rows, and
         return ``done``; None (nothing written) for any other dict, which goes through
@@ -393,14 +386,14 @@ class EnvRunner:
         slot.write_scalars(reward, terminated, truncated, done)
         return done
 
-    def _write_reset(self, slot: _Slot, out: Outcome) -> dict[Key, Any] | None:
+    def _write_reset(self, slot: EnvSlot, out: Outcome) -> dict[Key, Any] | None:
         assert slot.rows is not None
         extras = self._write(slot.rows.reset, out.items)
         for flag in slot.reset_flags:
             flag[0] = False
         return _with_info(extras, out.info)
 
-    def _write_step(self, slot: _Slot, out: Outcome, done: bool) -> dict[Key, Any] | None:
+    def _write_step(self, slot: EnvSlot, out: Outcome, done: bool) -> dict[Key, Any] | None:
         assert slot.rows is not None
         items, reward, terminated, truncated, info = out
         extras = self._write(slot.rows.step, items)
@@ -481,7 +474,7 @@ def answers(command: Command, results: list[Any]) -> list[Completion]:
     ]
 
 
-async def _bounded_close(slot: _Slot, timeout: float | None) -> None:
+async def _bounded_close(slot: EnvSlot, timeout: float | None) -> None:
     """Close ``slot``'s env (once), an async close within ``timeout``; never raises for the env."""
     try:
         result = slot.close()

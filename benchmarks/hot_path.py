@@ -3,9 +3,10 @@
 An inline ``AsyncEnvPool`` of N CartPole-v1 envs in the lockstep step-and-reset loop
 (``async_step_and_maybe_reset_send`` then ``_recv``, random actions drawn beforehand),
 timed per batch and split into: the send, the env work (the plain envs' commands, run
-when the receive flushes them: the envs' own steps plus the runner's per-env work), the
-batch built from the buffers, and the rest of the receive. Beside it, in the same process:
-gymnasium's ``SyncVectorEnv`` and one env in a plain Python loop (the env's own cost).
+when the receive takes the whole batch or flushes them: the envs' own steps plus the
+runner's per-env work), the batch built from the buffers, and the rest of the receive.
+Beside it, in the same process: gymnasium's ``SyncVectorEnv`` and one env in a plain
+Python loop (the env's own cost).
 
     python benchmarks/hot_path.py [--num-envs 8] [--batches 3000] [--profile tottime]
 
@@ -79,11 +80,22 @@ async def pool_parts(n: int, batches: int, copy_results: bool, profile: str | No
         executor: Any = pool.executor
         batcher: Any = pool._batcher  # pyright: ignore[reportPrivateUsage]
         flush, build = executor.flush, batcher.step_and_reset_batch
+        # a lockstep receive runs the batch through run_whole (aenvs after 2026-11-25), else flush
+        run_whole = getattr(executor, "run_whole", None)
 
         def timed_flush() -> None:
             t = time.perf_counter()
             flush()
             parts["env work"] += time.perf_counter() - t
+
+        def timed_run_whole(*args: Any) -> Any:
+            t = time.perf_counter()
+            out = run_whole(*args)  # pyright: ignore[reportOptionalCall]
+            parts["env work"] += time.perf_counter() - t
+            return out
+
+        if run_whole is not None:
+            executor.run_whole = timed_run_whole
 
         def timed_build(*args: Any) -> Any:
             t = time.perf_counter()
@@ -115,6 +127,8 @@ async def pool_parts(n: int, batches: int, copy_results: bool, profile: str | No
         best = min(passes, key=lambda p: p["batch total"])
         if profile:
             executor.flush, batcher.step_and_reset_batch = flush, build
+            if run_whole is not None:
+                executor.run_whole = run_whole
             profiler = cProfile.Profile()
             profiler.enable()
             await one_pass()

@@ -15,6 +15,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from aenvs import EnvError
+from aenvs._commands import unpack
 
 if TYPE_CHECKING:
     from aenvs import AsyncEnvPool
@@ -65,8 +66,8 @@ class Ledger:
         self.violations: list[str] = []
 
     def watch(self, executor: Executor) -> None:
-        """Wrap the instance's ``submit`` and ``poll``; a no-op for an instance without ``__dict__``."""
-        submit, poll = executor.submit, executor.poll
+        """Wrap the instance's ``submit``, ``poll`` and ``run_whole``; a no-op for an instance without ``__dict__``."""
+        submit, poll, run_whole = executor.submit, executor.poll, executor.run_whole
 
         def watched_submit(command: Any) -> None:
             now = time.monotonic()
@@ -86,17 +87,24 @@ class Ledger:
                 self._answered(completion)
             return completions
 
+        def watched_run_whole(kind: Any, num_envs: int) -> Any:
+            answers = run_whole(kind, num_envs)
+            if answers is not None:
+                for completion in unpack(answers):
+                    self._answered(completion, "run_whole()")
+            return answers
+
         try:
-            vars(executor).update(submit=watched_submit, poll=watched_poll)
+            vars(executor).update(submit=watched_submit, poll=watched_poll, run_whole=watched_run_whole)
         except TypeError:  # __slots__ without __dict__: only what the pool sees is checked
             pass
 
-    def _answered(self, completion: Any) -> None:
+    def _answered(self, completion: Any, where: str = "poll()") -> None:
         i, kind = completion.env_index, completion.kind
         sent = self.outstanding.pop(i, None)
         if sent is None:
             self.violations.append(
-                f"poll() returned an answer to env {i}'s {_kind(kind)} while no command of env {i} "
+                f"{where} returned an answer to env {i}'s {_kind(kind)} while no command of env {i} "
                 "was outstanding: an answer delivered twice, or one to a command never submitted"
             )
         elif sent[0] != kind:

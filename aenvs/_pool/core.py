@@ -354,6 +354,9 @@ class AsyncEnvPool(LoopCalls):
         Returns:
             batch [k] in TorchRL's layout: the sent entries at the root, results under "next".
         """
+        whole = await self._receiver.take_whole(_STEP, min_get, max_get, env_index, timeout)
+        if whole is not None:  # a lockstep batch, answered plainly
+            return self._batcher_or_raise().step_whole(self._slots.pop_inputs_of(whole))
         picked = await self._receiver.recv(_STEP, min_get, max_get, env_index, timeout)
         if not picked:
             return self._batcher_or_raise().empty()
@@ -368,6 +371,9 @@ class AsyncEnvPool(LoopCalls):
         timeout: float | None = None,
     ) -> tuple[TensorDictBase, TensorDictBase]:
         """Collect finished step-and-resets: ``(out, next_td)`` as :meth:`step_and_maybe_reset`."""
+        whole = await self._receiver.take_whole(_SMR, min_get, max_get, env_index, timeout)
+        if whole is not None:
+            return self._batcher_or_raise().step_and_reset_whole(self._slots.pop_inputs_of(whole))
         picked = await self._receiver.recv(_SMR, min_get, max_get, env_index, timeout)
         batcher = self._batcher_or_raise()
         if not picked:

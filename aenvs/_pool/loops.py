@@ -124,6 +124,9 @@ class LoopCalls:
             >>> asyncio.run(main())
             ([2, 0, 1], (3, 4))
         """
+        whole = await self._receiver.take_whole(CommandKind.STEP, min_get, max_get, env_index, timeout)
+        if whole is not None:  # a lockstep batch, answered plainly
+            return self._parts.step_columns_whole(whole, self._ready_to_send())
         picked = await self._receiver.recv(CommandKind.STEP, min_get, max_get, env_index, timeout)
         return self._parts.step_columns(picked, self._ready_to_send())
 

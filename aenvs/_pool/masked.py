@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol, cast
 
 import numpy as np
 import torch
-from tensordict import LazyStackedTensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from aenvs import _masks as masks
 from aenvs._commands import CommandKind
@@ -24,7 +24,7 @@ from aenvs._pool.parts import PoolParts
 from aenvs._pool.sending import EnvIndex, Seed
 from aenvs._seeding import seed_chain
 from aenvs._specs import Leaf
-from aenvs._tensors import td_get, td_keys
+from aenvs._tensors import root_entries, td_get, td_keys
 
 __all__ = ["WholeBatchCalls", "has_step_masks"]
 
@@ -61,7 +61,8 @@ def has_step_masks(td: TensorDictBase) -> bool:
     """
     if not isinstance(cast(object, td), TensorDictBase):
         return False
-    return any(key == masks.STEP_KEY or key == masks.RESET_KEY for key in td_keys(td))
+    keys = root_entries(td) if type(td) is TensorDict else list(td_keys(td))
+    return masks.STEP_KEY in keys or masks.RESET_KEY in keys
 
 
 class WholeBatchCalls:

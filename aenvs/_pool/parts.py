@@ -138,6 +138,9 @@ class PoolParts:
             dropped=self.receiver.dropped,
             closed=closed,
         )
+        if self.deadlines is None and self.sender.limits is None and slots.vet is None:
+            # else the drain screens completions, or drops those of calls given up on
+            self.receiver.whole = lambda: not failures.stopping and not self.abandoned.commands
         self._check_open = check_open
         self._ready = ready
 
@@ -272,10 +275,15 @@ class PoolParts:
         plain = batcher.step_columns(picked)
         if plain is not None:
             return plain
-        td = batcher.step_batch(picked, inputs)  # a lazy pool, or entries other than plain values
-        columns = _leaves(td_get(td, "next"))
-        columns[("env_index",)] = td_get(td, "env_index").numpy()
-        return columns
+        return _step_columns(
+            batcher.step_batch(picked, inputs)
+        )  # a lazy pool, or entries other than plain values
+
+    def step_columns_whole(self, indices: list[int], batcher: Batcher) -> dict[tuple[str, ...], Any]:
+        """:meth:`step_columns` of a lockstep batch of every env (``indices``), answered plainly."""
+        inputs = self.slots.pop_inputs_of(indices)
+        plain = batcher.step_columns(())
+        return plain if plain is not None else _step_columns(batcher.step_whole(inputs))
 
     async def step_and_reset_columns(
         self, actions: Mapping[Any, Any], batcher: Batcher
@@ -291,11 +299,16 @@ class PoolParts:
         sender = self.sender
         indices = sender.send_columns(_SMR, sender.all_envs, actions)
         try:
-            picked = await self.receiver.recv(_SMR, None, None, indices, None)
+            whole = await self.receiver.take_whole(_SMR, None, None, None)
+            if whole is not None:  # a lockstep batch, answered plainly: no completions
+                inputs = self.slots.pop_inputs_of(whole)
+                picked: list[Completion] = []
+            else:
+                picked = await self.receiver.recv(_SMR, None, None, indices, None)
+                inputs = self.slots.pop_inputs(picked)
         except BaseException as exc:
             self.abandoned.give_up(exc, _SMR, indices)
             raise
-        inputs = self.slots.pop_inputs(picked)
         columns = batcher.step_and_reset_columns(picked)
         if columns is not None:
             return columns
@@ -331,6 +344,13 @@ class PoolParts:
             limit_wait_seconds=limits.wait_seconds if limits else 0.0,
             held=limits.held if limits else 0,
         )
+
+
+def _step_columns(td: TensorDictBase) -> dict[tuple[str, ...], Any]:
+    """A step batch's results (under "next") as columns, with its "env_index"."""
+    columns = _leaves(td_get(td, "next"))
+    columns[("env_index",)] = td_get(td, "env_index").numpy()
+    return columns
 
 
 def _leaves(td: TensorDictBase) -> dict[tuple[str, ...], Any]:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import time
 from collections.abc import Callable
 from typing import Any
 
 from aenvs._cancellation import cancellation_requested
-from aenvs._commands import CommandKind, Completion
+from aenvs._commands import CommandKind, Completion, Packed
 from aenvs._errors import PoolClosedError
 from aenvs._pool.fair_receives import Receive, WaitingReceives
 from aenvs._pool.sending import EnvIndex
@@ -38,7 +39,7 @@ class Receiver:
 
     Example:
         >>> import asyncio
-        >>> from aenvs._commands import CommandKind, Completion
+        >>> from aenvs._commands import CommandKind, Completion, Packed
         >>> from aenvs.executors import make_executor
         >>> slots = SlotTable(2)
         >>> slots.sent(CommandKind.RESET, [0, 1], now=0.0)
@@ -60,6 +61,10 @@ class Receiver:
         indices: Callable[[EnvIndex | None], list[int] | None],
     ) -> None:
         self.receives = WaitingReceives(slots.outstanding, slots.ready, slots.pending)
+        self.all_envs = list(range(slots.num_envs))
+        # whether a whole batch may go from the executor to the receive straight (see
+        # take_whole): nothing between (timeouts being stopped, deadlines, checks) asks to see it
+        self.whole: Callable[[], bool] = lambda: False
         self._slots = slots
         self._executor = executor
         self._drain = drain
@@ -122,6 +127,66 @@ class Receiver:
         if wanted is None:
             picked.sort(key=_BY_ENV)
         return picked
+
+    async def take_whole(
+        self,
+        kind: CommandKind,
+        min_get: int | None,
+        max_get: int | None,
+        env_index: EnvIndex | None,
+        timeout: float | None = None,
+    ) -> list[int] | None:
+        """The lockstep receive of a whole batch, with no completion made: when every env has
+        ``kind`` in flight, nothing else is due, the receive asks for every env (no
+        ``timeout``) and the executor answers all of them at once, plainly
+        (:meth:`Executor.run_whole`, waiting for the rest while it holds only such answers),
+        record them as received and return every env, in order; else None, and nothing
+        was taken (the caller receives as usual: :meth:`recv`)."""
+        slots = self._slots
+        n = slots.num_envs
+        if (
+            timeout is not None
+            or not slots.wholly_in_flight(kind)
+            or (min_get is not None and min_get != n)
+            or (max_get is not None and max_get < n)
+            or self.receives.waiting
+            or not self.whole()
+        ):
+            return None
+        self._ready()
+        wanted = self._indices(env_index)
+        if (wanted is not None and wanted != self.all_envs) or cancellation_requested():
+            return None
+        executor = self._executor
+        answers = executor.run_whole(kind, n)
+        if answers is None and executor.whole_due(kind, n):
+            answers = await self._wait_whole(kind, n)
+        if answers is None:
+            return None
+        slots.complete_whole(kind, answers, time.perf_counter())
+        return self.all_envs
+
+    async def _wait_whole(self, kind: CommandKind, n: int) -> Packed | None:
+        """Wait, as a receive of every env, for the executor to hold all ``n`` answers packed;
+        None as soon as that cannot be (another call took some, or waits beside it)."""
+        receives, slots, executor = self.receives, self._slots, self._executor
+        receive = Receive(kind, None, n)
+        receives.add(receive)
+        losses = slots.losses
+        try:
+            while True:
+                await executor.wait_whole(n)  # consumes nothing: a cancel here leaves it all due
+                if self._closed():
+                    raise PoolClosedError("the pool was closed while waiting")
+                if slots.losses != losses:  # as a receive waiting the usual way would
+                    receives.check_still_possible(receive)
+                if len(receives.waiting) > 1 or not slots.wholly_in_flight(kind) or not self.whole():
+                    return None
+                answers = executor.run_whole(kind, n)
+                if answers is not None or not executor.whole_due(kind, n):
+                    return answers
+        finally:
+            receives.remove(receive)
 
     async def wait_any(self, timeout: float | None) -> None:
         """Wait until a transition result of any kind is ready, consuming nothing."""

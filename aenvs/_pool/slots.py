@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from tensordict import TensorDictBase
 
-from aenvs._commands import TRANSITIONS, CommandKind, Completion
+from aenvs._commands import TRANSITIONS, CommandKind, Completion, Packed
 from aenvs._env import EnvState
 from aenvs._errors import EnvBusyError
 from aenvs._gathering import Inputs, SentInputs
@@ -193,6 +193,37 @@ class SlotTable:
             latency_last[i] = latency
             states[i] = _DONE if c.done and not c.was_reset else _RUN
 
+    def wholly_in_flight(self, kind: CommandKind) -> bool:
+        """Whether every env has a ``kind`` in flight and nothing is ready (a lockstep batch)."""
+        n = self.num_envs
+        return self.in_flight == n and self.outstanding[kind] == n and not self.ready and not self.answers
+
+    def complete_whole(self, kind: CommandKind, answers: Packed, now: float) -> None:
+        """Record and consume at once the plain answers of every env to a whole-batch ``kind``
+        (:meth:`wholly_in_flight` held), arrived at ``now``: :meth:`record`, :meth:`take` and
+        :meth:`consume` of their completions in one pass, with no completion made."""
+        _, indices, done, was_reset = answers
+        pending, states, dispatched_at, taken = self.pending, self.states, self.dispatched_at, self.taken_at
+        steps, latency_sum, latency_last = self.steps, self.latency_sum, self.latency_last
+        in_env, in_env_counts = self.env_latency.ring, self.env_latency.counts
+        step = kind is not _RESET
+        for i, d, r in zip(indices, done, was_reset, strict=True):
+            pending[i] = None
+            taken[i] = now
+            latency = now - dispatched_at[i]
+            n = in_env_counts[i]
+            in_env[(i << SHIFT) | (n & MASK)] = latency
+            in_env_counts[i] = n + 1
+            if step:
+                steps[i] += 1
+                latency_sum[i] += latency
+                latency_last[i] = latency
+                states[i] = _DONE if d and not r else _RUN
+            else:
+                states[i] = _RUN
+        self.in_flight -= len(indices)
+        self.outstanding[kind] -= len(indices)
+
     # -- taking results --------------------------------------------------------------
 
     def may_take(self, min_get: int) -> bool:
@@ -269,21 +300,23 @@ class SlotTable:
     def pop_inputs(self, picked: Sequence[Completion]) -> SentInputs:
         """The inputs kept for the results ``picked`` (batch and row), forgotten here: the
         batch itself when they are all its rows, in order."""
+        return self.pop_inputs_of([c.env_index for c in picked])
+
+    def pop_inputs_of(self, indices: Sequence[int]) -> SentInputs:
+        """:meth:`pop_inputs` of the results of the envs ``indices``."""
         inputs, rows = self.inputs, self.input_rows
-        first = inputs[picked[0].env_index]
-        for row, c in enumerate(picked):
-            i = c.env_index
+        first = inputs[indices[0]]
+        for row, i in enumerate(indices):
             if inputs[i] is not first or rows[i] != row:
                 break
         else:
             assert first is not None
-            if first.batch_size[0] == len(picked):
-                for c in picked:
-                    inputs[c.env_index] = None
+            if first.batch_size[0] == len(indices):
+                for i in indices:
+                    inputs[i] = None
                 return first
         popped: list[Inputs] = []
-        for c in picked:
-            i = c.env_index
+        for i in indices:
             td = inputs[i]
             assert td is not None
             popped.append((td, rows[i]))

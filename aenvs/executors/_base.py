@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from aenvs._buffers import Buffers
-from aenvs._commands import Command, Completion
+from aenvs._commands import Command, CommandKind, Completion, Packed, unpack
 from aenvs._env import EnvFn
 from aenvs._errors import EnvTimeoutError
 from aenvs._specs import EnvSpec
@@ -91,6 +91,9 @@ class Executor(abc.ABC):
 
     name: ClassVar[str]
     capabilities: ClassVar[Capabilities] = Capabilities()
+    # whether the workers' plain answers to a command come as one packed record (held by
+    # _push_packed): a lockstep receive then waits for them whole (see whole_due)
+    packs_answers: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.buffers: Buffers | None = None
@@ -98,6 +101,11 @@ class Executor(abc.ABC):
         self.startup_timeout: float | None = None
         self.close_timeout: float = 5.0
         self._completions: deque[Completion] = deque()
+        # whole answers of workers held packed (see _push_packed), and how many envs they answer
+        self._packed: list[Packed] = []
+        self._packed_envs = 0
+        self._wakes = 0  # wake() calls: a wait_whole returns on one
+        self._packed_taken = 0  # polls that unpacked held answers: a wait_whole returns on one
         self._ready: asyncio.Event | None = None
         self._incoming: list[Completion] = []
         self._incoming_lock = threading.Lock()
@@ -135,6 +143,47 @@ class Executor(abc.ABC):
         """Start now what :meth:`submit` left for the loop's next turn (the pool calls this
         when it is about to wait for the results anyway). Never blocks on other workers."""
         return  # most executors start every command at once
+
+    def run_whole(self, kind: CommandKind, num_envs: int) -> Packed | None:
+        """The answers of a command of ``kind`` to all ``num_envs`` envs, in one packed record,
+        if the executor has them now and nothing else (the inline executor runs its queued
+        command then); None otherwise, and they come through :meth:`poll` as usual. The
+        pool calls it for a lockstep receive of a whole batch.
+
+        The default hands over the workers' answers held packed (:meth:`_push_packed`)
+        when they answer all ``num_envs`` envs, all of ``kind``, and nothing else is queued.
+        """
+        packed = self._packed
+        if self._packed_envs != num_envs or self._completions or any(p[0] is not kind for p in packed):
+            return None
+        self._packed, self._packed_envs = [], 0
+        if len(packed) == 1:
+            return packed[0]
+        indices = [i for p in packed for i in p[1]]
+        return (kind, indices, b"".join(p[2] for p in packed), b"".join(p[3] for p in packed))
+
+    def whole_due(self, kind: CommandKind, num_envs: int) -> bool:
+        """Whether what is queued so far is only packed answers of ``kind``, fewer than
+        ``num_envs``: a whole-batch receive may wait for the rest (:meth:`wait_whole`)."""
+        return (
+            self.packs_answers
+            and self._packed_envs < num_envs
+            and not self._completions
+            and all(p[0] is kind for p in self._packed)
+        )
+
+    async def wait_whole(self, num_envs: int) -> None:
+        """Return once answers of ``num_envs`` envs are held packed, a completion is queued,
+        :meth:`poll` took the answers held, or :meth:`wake` is called. Consumes nothing."""
+        ready, wakes, taken = self._ready_event(), self._wakes, self._packed_taken
+        while (
+            self._packed_envs < num_envs
+            and not self._completions
+            and self._wakes == wakes
+            and self._packed_taken == taken
+        ):
+            ready.clear()
+            await ready.wait()
 
     def wait_outside_loop(self, timeout: float) -> None:
         """Wait in the loop's thread, while the loop is not running, until a completion is
@@ -179,6 +228,15 @@ class Executor(abc.ABC):
 
     def poll(self) -> list[Completion]:
         """Every completion ready now (maybe none). Never blocks."""
+        if self._packed:
+            packed, self._packed, self._packed_envs = self._packed, [], 0
+            self._packed_taken += 1
+            if self._ready is not None:
+                self._ready.set()  # a wait_whole re-checks: what it waits for went the usual way
+            items = [c for p in packed for c in unpack(p)]
+            items += self._completions
+            self._completions.clear()
+            return items
         if not self._completions:
             return []
         items = list(self._completions)
@@ -192,14 +250,15 @@ class Executor(abc.ABC):
         each wakes when completions arrive, even if another one polls them first, and
         checks its own condition again.
         """
-        if self._completions:
+        if self._completions or self._packed:
             return
         ready = self._ready_event()
         ready.clear()
         await ready.wait()
 
     def wake(self) -> None:
-        """Wake every ``wait_ready`` (the pool calls this when it closes)."""
+        """Wake every ``wait_ready`` and ``wait_whole`` (the pool calls this when it closes)."""
+        self._wakes += 1
         self._ready_event().set()
 
     # -- helpers for subclasses ----------------------------------------------------
@@ -241,6 +300,23 @@ class Executor(abc.ABC):
     def _push(self, completions: Sequence[Completion]) -> None:
         """Queue completions; call on the loop's thread."""
         self._completions.extend(completions)
+        if self._ready is not None:
+            self._ready.set()
+
+    def _wakes_a_waiter(self) -> bool:
+        """Whether what is queued wakes a waiter: a completion, or packed answers that set the
+        ready event since a ``wait_whole`` last cleared it (one still waiting for the rest
+        has cleared it)."""
+        if self._completions:
+            return True
+        ready = self._ready
+        return bool(self._packed) and (ready is None or ready.is_set())
+
+    def _push_packed(self, answers: Packed) -> None:
+        """Hold a worker's packed answers (call on the loop's thread): whole for a lockstep
+        receive (:meth:`run_whole`), else unpacked by :meth:`poll`."""
+        self._packed.append(answers)
+        self._packed_envs += len(answers[1])
         if self._ready is not None:
             self._ready.set()
 

@@ -22,10 +22,10 @@ import types
 from asyncio.tasks import _enter_task, _leave_task  # pyright: ignore[reportPrivateUsage]
 from collections import deque
 from collections.abc import Coroutine, Generator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from aenvs._buffers import Buffers
-from aenvs._commands import Command, Completion, RemoteError
+from aenvs._commands import Command, CommandKind, Completion, Packed, RemoteError
 from aenvs._env import EnvFn
 from aenvs._runner import EnvRunner
 from aenvs._specs import EnvSpec
@@ -292,14 +292,36 @@ class InlineExecutor(Executor):
                 self._schedule_plain()
                 break
 
+    def run_whole(self, kind: CommandKind, num_envs: int) -> Packed | None:
+        """Run now the one command queued, when it is ``kind`` to all ``num_envs`` plain envs
+        and nothing else is queued or due; its answers packed when every env answered
+        plainly, else queued as completions (and None returned)."""
+        plain = self._plain
+        if len(plain) != 1 or not self._all_plain or self._completions or self._interrupt is not None:
+            return None
+        command = plain[0]
+        if command.kind is not kind or len(command.env_indices) != num_envs:
+            return None
+        plain.clear()
+        runner = self._runner
+        assert runner is not None
+        done = runner.run_plain(command, stop_at_interrupt=True, packed=True)
+        if type(done) is tuple:
+            return done
+        self._answered(command, cast("list[Completion]", done))
+        return None
+
     def _run_plain(self, runner: EnvRunner, command: Command) -> None:
-        """Run a plain envs' command, env after env.
+        """Run a plain envs' command, env after env."""
+        self._answered(command, runner.run_plain(command, stop_at_interrupt=True))
+
+    def _answered(self, command: Command, done: list[Completion]) -> None:
+        """Queue the answers ``done`` of a plain envs' command, run env after env.
 
         After an env raised KeyboardInterrupt (answered as its EnvError; the interrupt goes
         to the caller through :meth:`poll`), the envs not run yet stay queued: they run at
         the loop's next turn, or when a receive flushes, so every env is answered once.
         """
-        done = runner.run_plain(command, stop_at_interrupt=True)
         last = done[-1].error if done else None
         if last is not None and last.interrupted:
             self._interrupt = _interrupt_for(done[-1])

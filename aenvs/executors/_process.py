@@ -100,6 +100,7 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
 
     name = "process"
     capabilities = Capabilities(abort=True, respawn=True, pickles_factories=True)
+    packs_answers = True
 
     def __init__(
         self,
@@ -201,12 +202,17 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
                 else:
                     worker.built.set_exception(value)
                 return
-            completions = unpack(message)
             in_flight = worker.in_flight
-            for completion in completions:
-                in_flight.pop(completion.env_index, None)
             if worker.sent_at:  # one answer per command, in order
                 self._spin.record(time.perf_counter() - worker.sent_at.popleft())
+            if type(message) is tuple:  # plain answers, packed: held whole (see run_whole)
+                for i in message[1]:  # pyright: ignore[reportUnknownVariableType]
+                    in_flight.pop(i, None)  # pyright: ignore[reportUnknownArgumentType]
+                self._push_packed(message)  # pyright: ignore[reportUnknownArgumentType]
+                return
+            completions = unpack(message)
+            for completion in completions:
+                in_flight.pop(completion.env_index, None)
             self._push(completions)
         except (EOFError, OSError):
             self._lost(worker)
@@ -261,12 +267,13 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
                 loop.remove_reader(fd)
 
     def wait_outside_loop(self, timeout: float) -> None:
-        """Read the workers' pipes and pidfds here, as the loop's readers do, until a
-        completion is queued or ``timeout`` seconds pass; at once if no command is in flight."""
+        """Read the workers' pipes and pidfds here, as the loop's readers do, until what
+        arrived wakes a waiter (see ``_wakes_a_waiter``) or ``timeout`` seconds pass; at
+        once if no command is in flight."""
         deadline = time.perf_counter() + timeout
         watched, poll = self._watched, self._poller.poll
         spin: SpinWait | None = self._spin  # the first wait polls before it sleeps
-        while not self._completions and any(w.in_flight for w in self._workers):
+        while not self._wakes_a_waiter() and any(w.in_flight for w in self._workers):
             left = deadline - time.perf_counter()
             if left <= 0:
                 return
