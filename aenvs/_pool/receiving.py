@@ -39,7 +39,7 @@ class Receiver:
 
     Example:
         >>> import asyncio
-        >>> from aenvs._commands import CommandKind, Completion, Packed
+        >>> from aenvs._commands import CommandKind, Completion
         >>> from aenvs.executors import make_executor
         >>> slots = SlotTable(2)
         >>> slots.sent(CommandKind.RESET, [0, 1], now=0.0)
@@ -146,11 +146,9 @@ class Receiver:
         n = slots.num_envs
         if (
             timeout is not None
-            or not slots.wholly_in_flight(kind)
             or (min_get is not None and min_get != n)
             or (max_get is not None and max_get < n)
-            or self.receives.waiting
-            or not self.whole()
+            or not self._whole_stands(kind, waiting=0)
         ):
             return None
         self._ready()
@@ -166,6 +164,12 @@ class Receiver:
         slots.complete_whole(kind, answers, time.perf_counter())
         return self.all_envs
 
+    def _whole_stands(self, kind: CommandKind, waiting: int) -> bool:
+        """Whether a whole batch of ``kind`` may still be taken whole: every env has it in
+        flight, nothing else is due, no more than ``waiting`` receives wait, and nothing
+        between the executor and the receive asks to see the answers."""
+        return self._slots.wholly_in_flight(kind) and len(self.receives.waiting) <= waiting and self.whole()
+
     async def _wait_whole(self, kind: CommandKind, n: int) -> Packed | None:
         """Wait, as a receive of every env, for the executor to hold all ``n`` answers packed;
         None as soon as that cannot be (another call took some, or waits beside it)."""
@@ -180,7 +184,7 @@ class Receiver:
                     raise PoolClosedError("the pool was closed while waiting")
                 if slots.losses != losses:  # as a receive waiting the usual way would
                     receives.check_still_possible(receive)
-                if len(receives.waiting) > 1 or not slots.wholly_in_flight(kind) or not self.whole():
+                if not self._whole_stands(kind, waiting=1):  # only this one may wait
                     return None
                 answers = executor.run_whole(kind, n)
                 if answers is not None or not executor.whole_due(kind, n):
