@@ -1,7 +1,8 @@
 """Latency benchmark: N envs whose step takes L = 10 ms, against the ideal N / L steps/s.
 
 inline: a native env whose ``async def step`` awaits ``asyncio.sleep(L)``; all N in flight on the loop.
-thread: a native env whose plain ``step`` blocks in ``time.sleep(L)``; one thread per env.
+thread: a native env whose plain ``step`` blocks in ``time.sleep(L)``; one thread per env, the
+threads shared by the envs (the default), and each env on its own thread (``pinned=True``).
 
 Each pool runs the overlapped loop an async trainer runs: reset every env, send every env, then
 repeatedly receive whatever finished (``async_step_recv(min_get=1)``) and re-send those envs at
@@ -62,6 +63,7 @@ from tensordict import TensorDict, TensorDictBase
 
 import aenvs
 from aenvs import AsyncEnvPool, Env
+from aenvs.executors import ThreadExecutor
 
 LATENCY = 0.010  # L: seconds per env step
 WARMUP = 0.5  # seconds run before each measured window
@@ -147,10 +149,14 @@ class Window:
         return steps, wall, cpu
 
 
-async def pool_row(executor: str, n: int, window: Window, max_get: int | None = None) -> Row:
-    """The overlapped loop: receive what finished (at most ``max_get``), re-send those envs at once."""
+async def pool_row(
+    executor: str, n: int, window: Window, max_get: int | None = None, pinned: bool = False
+) -> Row:
+    """The overlapped loop: receive what finished (at most ``max_get``), re-send those envs at
+    once. ``pinned``: the thread executor with each env on its own thread throughout."""
     env_fn = AsyncSleepyEnv if executor == "inline" else SleepyEnv
-    async with AsyncEnvPool([env_fn] * n, executor=executor) as pool:
+    chosen: str | ThreadExecutor = ThreadExecutor(pinned=True) if pinned else executor
+    async with AsyncEnvPool([env_fn] * n, executor=chosen) as pool:
         td = await pool.reset()
         td["action"] = torch.zeros(n, dtype=torch.int64)
         await pool.async_step_send(td)
@@ -163,6 +169,7 @@ async def pool_row(executor: str, n: int, window: Window, max_get: int | None = 
         steps, wall, cpu = await window.measure(advance)
         await pool.async_step_recv(min_get=n)  # the steps still in flight, before closing
     system = f"aenvs {executor}" + (f", max_get={max_get}" if max_get is not None else "")
+    system += ", pinned" if pinned else ""
     return make_row(system, executor, n, steps, wall, cpu)
 
 
@@ -352,6 +359,8 @@ async def run(window: Window, only: set[str] | None = None) -> list[Row]:
         bare = await bare_row(n, window)
         pools = [await pool_row(executor, n, window)]
         references = []
+        if executor == "thread":
+            pools.append(await pool_row(executor, n, window, pinned=True))
         if executor == "inline":
             pools.append(await pool_row(executor, n, window, BOUNDED_GET))
             references = [await reference_row(n, window), await reference_row(n, window, BOUNDED_GET)]

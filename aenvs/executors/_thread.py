@@ -1,7 +1,14 @@
 """The thread executor: plain envs on worker threads.
 
-Each worker thread hosts ``envs_per_worker`` envs (one by default, so that envs
-blocking on I/O or ``time.sleep`` overlap) and takes commands from its own queue.
+Each worker hosts ``envs_per_worker`` envs (one by default, so that envs blocking on
+I/O or ``time.sleep`` overlap) and runs their commands one at a time, in the order
+sent. The executor has one thread per worker. By default the threads share one queue
+of commands and any free thread runs the next one (a worker's commands still one at a
+time, in order): a thread that has just answered finds the next command waiting more
+often than not, where a thread of its own would have to be woken for it, and waking a
+thread is most of a fast hand-off's cost. ``pinned=True`` keeps each worker's envs on
+the thread that built them, for envs whose state belongs to one thread.
+
 Completions reach the loop through ``call_soon_threadsafe``, coalesced so that a
 burst of completions wakes the loop once; nothing polls. Threads are daemons: an
 env stuck in a step cannot keep the interpreter from exiting.
@@ -12,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from aenvs._commands import Command, CommandKind, Completion, RemoteError
 from aenvs._env import EnvFn
@@ -24,31 +32,43 @@ from aenvs.executors._workers import WorkerGroupExecutor
 
 __all__ = ["ThreadExecutor"]
 
-_STOP = None  # put in a worker's inbox to end its thread
+_STOP = None  # put in a queue to end the thread that takes it
+_CLOSE: Final = "close"  # (shared queue) close the worker's envs once its commands have run
 
 
 class _Worker:
     def __init__(self, index: int, env_indices: list[int]) -> None:
         self.index = index
         self.env_indices = env_indices
-        self.inbox: queue.SimpleQueue[Command | None] = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[Command | None] = queue.SimpleQueue()  # pinned: its thread's
         self.runner: EnvRunner | None = None
-        # cleared (under the lock) when the pool gives up on this thread: it never answers again
+        # cleared (under the lock) when the pool gives up on this worker: it never answers again
         self.alive = True
         self.lock = threading.Lock()
         # set on the loop's thread, emptied by the worker's thread under the lock as it answers
         self.in_flight: dict[int, CommandKind] = {}
-        self.exited: asyncio.Future[None] | None = None
+        self.exited: asyncio.Future[None] | None = None  # its first thread's end
+        # shared queue: the thread running its commands now (its end), None while idle,
+        # and the commands that came meanwhile, run by that thread after the one it runs
+        self.running_on: asyncio.Future[None] | None = None
+        self.queued: deque[Command | str] = deque()
+        self.closed = False  # its envs were closed (or are being closed): never again
 
 
 class ThreadExecutor(WorkerGroupExecutor[_Worker]):
     """Runs envs on worker threads.
 
     Args:
-        envs_per_worker: envs hosted by one thread (default 1: one thread per env).
-        num_workers: number of threads instead (envs spread evenly; envs_per_worker wins if both are given).
+        envs_per_worker: envs hosted by one worker (default 1: one thread per env).
+        num_workers: number of workers (and threads) instead (envs spread evenly;
+            envs_per_worker wins if both are given).
         startup_timeout: seconds for every thread to build its envs (None: unbounded).
         close_timeout: seconds ``aclose`` waits for threads to finish their command.
+        pinned: run each worker's envs on the thread that built them, always (envs whose
+            state belongs to one thread: a GL context, an sqlite connection made with
+            ``check_same_thread``). By default any free thread runs a worker's next
+            command, as ``asyncio.to_thread`` does: a worker's commands still run one at a
+            time, in order, and the hand-offs cost less (docs/performance.md).
 
     Example:
         >>> import asyncio
@@ -75,9 +95,15 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
         num_workers: int | None = None,
         startup_timeout: float | None = None,
         close_timeout: float = 5.0,
+        pinned: bool = False,
     ) -> None:
         super().__init__(num_workers, envs_per_worker, startup_timeout, close_timeout)
-        self._abandoned: list[_Worker] = []
+        self.pinned = pinned
+        self._shared: queue.SimpleQueue[tuple[_Worker, Command | str] | None] = queue.SimpleQueue()
+        self._threads: list[asyncio.Future[None]] = []  # every thread started, by its end
+        # threads given up on (stuck in an env), with the worker they ran
+        self._abandoned: list[tuple[_Worker, asyncio.Future[None]]] = []
+        self._stopping = False
 
     # -- start ------------------------------------------------------------------------
 
@@ -126,6 +152,7 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
             daemon=True,
         )
         worker.exited = exited
+        self._threads.append(exited)
         thread.start()
         return ready
 
@@ -156,13 +183,15 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
                 return
             runner.close_timeout = self.close_timeout
             _resolve_threadsafe(loop, ready, runner)
+            if not self.pinned:
+                # its envs are closed by whichever thread runs the worker's last command
+                built, runner = runner, None
+                if self._serve_shared(exited):
+                    _close(worker, built, idle=True)  # (never served: the pool's start failed)
+                return
             in_flight = worker.in_flight
             while (command := worker.inbox.get()) is not None:
-                try:
-                    done = runner.execute(command)
-                except BaseException as exc:  # never leave a command unanswered
-                    error = RemoteError.capture(exc)
-                    done = [Completion(i, command.kind, error=error) for i in command.env_indices]
+                done = _execute(runner, command)
                 with worker.lock:
                     if not worker.alive:
                         break
@@ -175,17 +204,69 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
                 runner.close()
             _resolve_threadsafe(loop, exited, None)
 
+    def _serve_shared(self, exited: asyncio.Future[None]) -> bool:
+        """Run the commands of the shared queue, each worker's one at a time, until a stop
+        (True) or until a worker this thread ran was given up on (False: its replacement
+        brings a thread of its own)."""
+        shared = self._shared
+        while (item := shared.get()) is not None:
+            worker, command = item
+            with worker.lock:
+                if worker.running_on is not None:  # on another thread: it runs this one next
+                    worker.queued.append(command)
+                    continue
+                if not worker.alive and command is not _CLOSE:
+                    continue  # answered with a crash when the pool gave up on it
+                worker.running_on = exited
+            if not self._run_worker(worker, command):
+                return False
+        return True
+
+    def _run_worker(self, worker: _Worker, command: Command | str) -> bool:
+        """Run ``command`` on ``worker``, then the commands queued for it meanwhile; False
+        when the pool gave up on the worker while this thread ran it (the thread ends)."""
+        runner = worker.runner
+        assert runner is not None
+        in_flight = worker.in_flight
+        while True:
+            if command is _CLOSE:
+                _close(worker, runner)
+                done: list[Completion] = []
+            else:
+                assert isinstance(command, Command)
+                done = _execute(runner, command)
+            with worker.lock:
+                if not worker.alive and command is not _CLOSE:
+                    worker.running_on = None
+                    worker.queued.clear()
+                    break
+                for c in done:
+                    in_flight.pop(c.env_index, None)
+                if done:
+                    self._push_threadsafe(done)
+                if not worker.queued:
+                    worker.running_on = None
+                    return True
+                command = worker.queued.popleft()
+        _close(worker, runner)  # its envs close once its stuck command returns
+        return False
+
     # -- commands -------------------------------------------------------------------------
 
     def submit(self, command: Command) -> None:
         kind, worker_of = command.kind, self._worker_of
+        shared = None if self.pinned else self._shared
         if len(self._workers) == len(worker_of):  # one env per worker: no splitting needed
             whole = len(command.env_indices) == 1
             for i in command.env_indices:
                 worker = worker_of[i]
                 if worker.alive:
                     worker.in_flight[i] = kind
-                    worker.inbox.put(command if whole else command.subset([i]))
+                    part = command if whole else command.subset([i])
+                    if shared is None:
+                        worker.inbox.put(part)
+                    else:
+                        shared.put((worker, part))
                 else:
                     self._answer_dead(worker, kind, [i])
             return
@@ -193,7 +274,10 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
             in_flight = worker.in_flight
             for i in part.env_indices:
                 in_flight[i] = kind
-            worker.inbox.put(part)
+            if shared is None:
+                worker.inbox.put(part)
+            else:
+                shared.put((worker, part))
 
     # -- restarts and closing ---------------------------------------------------------------
 
@@ -205,33 +289,75 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
             if not worker.alive:
                 return
             worker.alive = False
-        self._abandoned.append(worker)
-        worker.inbox.put(_STOP)
+            stuck = worker.exited if self.pinned else worker.running_on
+        if stuck is not None:
+            self._abandoned.append((worker, stuck))
+        if self.pinned:
+            worker.inbox.put(_STOP)
+        elif stuck is None and worker.runner is not None:
+            if self._stopping:  # the threads may have ended: close its envs here
+                _close(worker, worker.runner)
+            else:
+                self._shared.put((worker, _CLOSE))  # idle: any thread closes its envs
         self._flush_incoming()  # what it answered before being abandoned is delivered
         self._crash_in_flight(worker, why)
 
     async def aclose(self) -> None:
-        for worker in self._workers:
-            worker.inbox.put(_STOP)
-        # threads abandoned in a stuck env are not waited for: they may never finish
-        pending = [w.exited for w in self._workers if w.exited is not None and not w.exited.done()]
+        self._stop_threads()
+        # threads abandoned in a stuck env whose envs were restarted elsewhere are not
+        # waited for: they may never finish
+        replaced = {id(t) for w, t in self._abandoned if w not in self._workers}
+        pending = [t for t in self._threads if not t.done() and id(t) not in replaced]
         if pending:
             await asyncio.wait(pending, timeout=self.close_timeout)
         self.kill()
 
     def kill(self) -> None:
         # Threads cannot be killed: a thread stuck in an env is a daemon, abandoned here.
-        for worker in self._workers:
-            worker.inbox.put(_STOP)
+        self._stop_threads()
         self._workers = []
+
+    def _stop_threads(self) -> None:
+        """Ask every thread to close its envs and end, once the commands before are run."""
+        if self._stopping:
+            return
+        self._stopping = True
+        if self.pinned:
+            for worker in self._workers:
+                worker.inbox.put(_STOP)
+            return
+        for worker in self._workers:
+            if worker.alive and worker.runner is not None:
+                self._shared.put((worker, _CLOSE))
+        for _ in self._threads:
+            self._shared.put(_STOP)
 
     @property
     def abandoned_threads(self) -> int:
         """Threads still running although the executor gave up on them (stuck in an env)."""
-        return sum(1 for w in self._abandoned if w.exited is not None and not w.exited.done())
+        return len({id(t) for _, t in self._abandoned if not t.done()})
 
     def counters(self) -> dict[str, int]:
         return {"abandoned_threads": self.abandoned_threads}
+
+
+def _close(worker: _Worker, runner: EnvRunner, idle: bool = False) -> None:
+    """Close ``worker``'s envs (``runner``'s) unless they were (``idle``: only if no thread
+    runs the worker now, whose last command then closes them)."""
+    with worker.lock:
+        if worker.closed or (idle and worker.running_on is not None):
+            return
+        worker.closed = True
+    runner.close()
+
+
+def _execute(runner: EnvRunner, command: Command) -> list[Completion]:
+    """``command``'s answers; never raises (a command is always answered)."""
+    try:
+        return runner.execute(command)
+    except BaseException as exc:
+        error = RemoteError.capture(exc)
+        return [Completion(i, command.kind, error=error) for i in command.env_indices]
 
 
 def _resolve_threadsafe(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], outcome: Any) -> None:
