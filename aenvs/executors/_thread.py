@@ -2,12 +2,13 @@
 
 Each worker hosts ``envs_per_worker`` envs (one by default, so that envs blocking on
 I/O or ``time.sleep`` overlap) and runs their commands one at a time, in the order
-sent. The executor has one thread per worker. By default the threads share one queue
-of commands and any free thread runs the next one (a worker's commands still one at a
-time, in order): a thread that has just answered finds the next command waiting more
-often than not, where a thread of its own would have to be woken for it, and waking a
-thread is most of a fast hand-off's cost. ``pinned=True`` keeps each worker's envs on
-the thread that built them, for envs whose state belongs to one thread.
+sent. The executor has one thread per worker. By default the threads share one queue:
+a command is queued on its worker, in the order sent, and the worker (once) on the
+shared queue, where any free thread takes it and runs its queued commands in order. A
+thread that has just answered often finds work waiting there, where a thread of its own
+would have to be woken for it, and waking a thread is most of a fast hand-off's cost.
+``pinned=True`` keeps each worker's envs on the thread that built them, for envs whose
+state belongs to one thread.
 
 Completions reach the loop through ``call_soon_threadsafe``, coalesced so that a
 burst of completions wakes the loop once; nothing polls. Threads are daemons: an
@@ -20,7 +21,7 @@ import asyncio
 import queue
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from aenvs._commands import Command, CommandKind, Completion, RemoteError
@@ -33,7 +34,7 @@ from aenvs.executors._workers import WorkerGroupExecutor
 __all__ = ["ThreadExecutor"]
 
 _STOP = None  # put in a queue to end the thread that takes it
-_CLOSE: Final = "close"  # (shared queue) close the worker's envs once its commands have run
+_CLOSE: Final = "close"  # (shared queue) queued on a worker: close its envs, after its commands
 
 
 class _Worker:
@@ -48,10 +49,11 @@ class _Worker:
         # set on the loop's thread, emptied by the worker's thread under the lock as it answers
         self.in_flight: dict[int, CommandKind] = {}
         self.exited: asyncio.Future[None] | None = None  # its first thread's end
-        # shared queue: the thread running its commands now (its end), None while idle,
-        # and the commands that came meanwhile, run by that thread after the one it runs
-        self.running_on: asyncio.Future[None] | None = None
+        # shared queue: its commands in the order sent, run one at a time by the thread that
+        # takes the worker from the shared queue; the worker is there (or being run) once
         self.queued: deque[Command | str] = deque()
+        self.scheduled = False
+        self.running_on: asyncio.Future[None] | None = None  # the thread running it (its end)
         self.closed = False  # its envs were closed (or are being closed): never again
 
 
@@ -99,7 +101,7 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
     ) -> None:
         super().__init__(num_workers, envs_per_worker, startup_timeout, close_timeout)
         self.pinned = pinned
-        self._shared: queue.SimpleQueue[tuple[_Worker, Command | str] | None] = queue.SimpleQueue()
+        self._shared: queue.SimpleQueue[_Worker | None] = queue.SimpleQueue()  # workers to run
         self._threads: list[asyncio.Future[None]] = []  # every thread started, by its end
         # threads given up on (stuck in an env), with the worker they ran
         self._abandoned: list[tuple[_Worker, asyncio.Future[None]]] = []
@@ -205,68 +207,71 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
             _resolve_threadsafe(loop, exited, None)
 
     def _serve_shared(self, exited: asyncio.Future[None]) -> bool:
-        """Run the commands of the shared queue, each worker's one at a time, until a stop
-        (True) or until a worker this thread ran was given up on (False: its replacement
-        brings a thread of its own)."""
+        """Run the workers the shared queue hands this thread until a stop (True), or until
+        the pool gave up on a worker this thread ran (False: its replacement brings a thread
+        of its own)."""
         shared = self._shared
-        while (item := shared.get()) is not None:
-            worker, command = item
-            with worker.lock:
-                if worker.running_on is not None:  # on another thread: it runs this one next
-                    worker.queued.append(command)
-                    continue
-                if not worker.alive and command is not _CLOSE:
-                    continue  # answered with a crash when the pool gave up on it
-                worker.running_on = exited
-            if not self._run_worker(worker, command):
+        while (worker := shared.get()) is not None:
+            if not self._run_worker(worker, exited):
                 return False
         return True
 
-    def _run_worker(self, worker: _Worker, command: Command | str) -> bool:
-        """Run ``command`` on ``worker``, then the commands queued for it meanwhile; False
-        when the pool gave up on the worker while this thread ran it (the thread ends)."""
+    def _run_worker(self, worker: _Worker, exited: asyncio.Future[None]) -> bool:
+        """Run ``worker``'s queued commands in order until none is left (True); False when
+        the pool gave up on the worker while this thread ran it (the thread ends)."""
         runner = worker.runner
         assert runner is not None
-        in_flight = worker.in_flight
+        in_flight, queued = worker.in_flight, worker.queued
+        with worker.lock:
+            worker.running_on = exited
         while True:
+            with worker.lock:
+                if not queued:
+                    worker.scheduled = False
+                    worker.running_on = None
+                    return True
+                command = queued.popleft()
             if command is _CLOSE:
                 _close(worker, runner)
-                done: list[Completion] = []
-            else:
-                assert isinstance(command, Command)
-                done = _execute(runner, command)
+                continue
+            assert isinstance(command, Command)
+            if not worker.alive:
+                continue  # answered with a crash when the pool gave up on it
+            done = _execute(runner, command)
             with worker.lock:
-                if not worker.alive and command is not _CLOSE:
+                if not worker.alive:  # given up on while this thread ran it
+                    queued.clear()
+                    worker.scheduled = False
                     worker.running_on = None
-                    worker.queued.clear()
                     break
                 for c in done:
                     in_flight.pop(c.env_index, None)
-                if done:
-                    self._push_threadsafe(done)
-                if not worker.queued:
-                    worker.running_on = None
-                    return True
-                command = worker.queued.popleft()
+                self._push_threadsafe(done)
         _close(worker, runner)  # its envs close once its stuck command returns
         return False
+
+    def _enqueue(self, worker: _Worker, item: Command | str) -> None:
+        """Queue ``item`` on ``worker`` (shared queue), and the worker for a thread unless it
+        is there or running already."""
+        with worker.lock:
+            worker.queued.append(item)
+            if worker.scheduled:
+                return
+            worker.scheduled = True
+        self._shared.put(worker)
 
     # -- commands -------------------------------------------------------------------------
 
     def submit(self, command: Command) -> None:
         kind, worker_of = command.kind, self._worker_of
-        shared = None if self.pinned else self._shared
+        hand: Callable[[_Worker, Command], None] = self._hand_pinned if self.pinned else self._enqueue
         if len(self._workers) == len(worker_of):  # one env per worker: no splitting needed
             whole = len(command.env_indices) == 1
             for i in command.env_indices:
                 worker = worker_of[i]
                 if worker.alive:
                     worker.in_flight[i] = kind
-                    part = command if whole else command.subset([i])
-                    if shared is None:
-                        worker.inbox.put(part)
-                    else:
-                        shared.put((worker, part))
+                    hand(worker, command if whole else command.subset([i]))
                 else:
                     self._answer_dead(worker, kind, [i])
             return
@@ -274,10 +279,11 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
             in_flight = worker.in_flight
             for i in part.env_indices:
                 in_flight[i] = kind
-            if shared is None:
-                worker.inbox.put(part)
-            else:
-                shared.put((worker, part))
+            hand(worker, part)
+
+    @staticmethod
+    def _hand_pinned(worker: _Worker, command: Command) -> None:
+        worker.inbox.put(command)
 
     # -- restarts and closing ---------------------------------------------------------------
 
@@ -298,7 +304,7 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
             if self._stopping:  # the threads may have ended: close its envs here
                 _close(worker, worker.runner)
             else:
-                self._shared.put((worker, _CLOSE))  # idle: any thread closes its envs
+                self._enqueue(worker, _CLOSE)  # not running: a thread closes its envs
         self._flush_incoming()  # what it answered before being abandoned is delivered
         self._crash_in_flight(worker, why)
 
@@ -328,7 +334,7 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
             return
         for worker in self._workers:
             if worker.alive and worker.runner is not None:
-                self._shared.put((worker, _CLOSE))
+                self._enqueue(worker, _CLOSE)
         for _ in self._threads:
             self._shared.put(_STOP)
 
@@ -343,9 +349,9 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
 
 def _close(worker: _Worker, runner: EnvRunner, idle: bool = False) -> None:
     """Close ``worker``'s envs (``runner``'s) unless they were (``idle``: only if no thread
-    runs the worker now, whose last command then closes them)."""
+    runs the worker or is to, whose queued close then closes them)."""
     with worker.lock:
-        if worker.closed or (idle and worker.running_on is not None):
+        if worker.closed or (idle and worker.scheduled):
             return
         worker.closed = True
     runner.close()
