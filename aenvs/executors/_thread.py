@@ -222,8 +222,6 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
         runner = worker.runner
         assert runner is not None
         in_flight, queued = worker.in_flight, worker.queued
-        with worker.lock:
-            worker.running_on = exited
         while True:
             with worker.lock:
                 if not queued:
@@ -231,6 +229,7 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
                     worker.running_on = None
                     return True
                 command = queued.popleft()
+                worker.running_on = exited
             if command is _CLOSE:
                 _close(worker, runner)
                 continue
