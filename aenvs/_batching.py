@@ -19,6 +19,7 @@ import numpy.typing as npt
 import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
+from aenvs._action_errors import checked_leaf
 from aenvs._buffers import Buffers
 from aenvs._commands import Completion
 from aenvs._extras import nest, put, stack_extras, to_td_value
@@ -38,7 +39,7 @@ from aenvs._tensors import (
     torch_dtype,
 )
 
-__all__ = ["Batcher", "TimedOutStep", "shallow_copy"]
+__all__ = ["Batcher", "TimedOutStep"]
 
 _ENV_INDEX = ("env_index",)
 
@@ -46,10 +47,6 @@ _ENV_INDEX = ("env_index",)
 def _long(indices: Sequence[int]) -> torch.Tensor:
     """An int64 index tensor of ``indices``, through numpy: a third of what ``torch.tensor(list)`` costs."""
     return from_numpy(np.array(indices, dtype=np.int64))
-
-
-def _name(key: Key) -> str:
-    return ".".join(key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,25 +181,7 @@ class Batcher:
         """``td``'s entry for ``leaf``, or the error that names the env and the key."""
         who = f"env {env_index}" + (f" (and {others} more)" if others else "")
         space = self.specs[env_index].action_space
-        value = td_get(td, leaf.key)
-        if value is None:
-            raise ValueError(
-                f"{who}: the input has no {_name(leaf.key)!r} entry; its action space is {space}"
-            )
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(f"{who}: {_name(leaf.key)!r} must be a tensor, got {type(value).__name__}")
-        shape = tuple(value.shape[batch_dims:])
-        if shape != leaf.shape:
-            raise ValueError(
-                f"{who}: {_name(leaf.key)!r} has shape {shape} per env, expected {leaf.shape} "
-                f"for the action space {space}"
-            )
-        if value.dtype != dtypes[leaf.key]:
-            raise ValueError(
-                f"{who}: {_name(leaf.key)!r} has dtype {value.dtype}, expected {dtypes[leaf.key]} "
-                f"for the action space {space}"
-            )
-        return value
+        return checked_leaf(td, who, space, leaf, dtypes[leaf.key], batch_dims)
 
     def write_actions(
         self,
@@ -213,31 +192,59 @@ class Batcher:
         """Copy the checked actions of ``td`` into the envs' action rows (``checked``: what
         :meth:`check_actions` returned for it)."""
         if self.dense:
-            whole = env_indices == self._all_rows
-            rows = None if whole else np.array(env_indices, dtype=np.int64)
             assert checked is not None  # check_actions' values, for a dense pool
-            for key, buf, array in self._dense_actions:
-                value = checked[key]
-                if value.requires_grad:  # a policy's output: the env needs its value, not its graph
-                    value = value.detach()
-                # numpy copies: a torch op releases the GIL, which a loop's thread may then wait
-                # to get back behind every worker thread that wants it
-                view = numpy_view(value)
-                if whole:
-                    if view is not None:
-                        array[...] = view
-                    else:
-                        buf.copy_(value)
-                elif view is not None:
-                    array[rows] = view
-                else:
-                    buf[from_numpy(cast("npt.NDArray[np.int64]", rows))] = value
+            self._write_dense(env_indices, checked)
             return
         for row, i in enumerate(env_indices):
             group, slot = self._location[i]
             env_td = td[row]
             for key, buf in self._groups[group][2].items():
                 buf[slot] = env_td[key].detach()
+
+    def root_actions(self, actions: Mapping[Any, Any]) -> dict[Key, torch.Tensor] | None:
+        """``actions`` by name as :meth:`check_actions` returns them, when they are exactly a
+        dense pool's action leaves as root tensors of every env; else None (the checks of a
+        TensorDict of them name what is wrong)."""
+        plain = self.dense and not self.batch_shape and not self.objects.present
+        leaves = self._tensor_actions[0] if plain else ()
+        if not leaves or len(actions) != len(leaves):
+            return None
+        dtypes, n = self._action_dtypes[0], len(self._all_rows)
+        checked: dict[Key, torch.Tensor] = {}
+        for leaf in leaves:
+            key = leaf.key
+            value = actions.get(key[0]) if len(key) == 1 else None
+            if type(value) is not torch.Tensor or value.dtype is not dtypes[key]:
+                return None
+            shape = value.shape
+            if len(shape) != 1 + len(leaf.shape) or shape[0] != n or tuple(shape[1:]) != leaf.shape:
+                return None
+            checked[key] = value
+        return checked
+
+    def write_checked(self, checked: Mapping[Key, torch.Tensor]) -> None:
+        """Copy every env's actions, checked (:meth:`root_actions`), into their rows."""
+        self._write_dense(self._all_rows, checked)
+
+    def _write_dense(self, env_indices: Sequence[int], checked: Mapping[Key, torch.Tensor]) -> None:
+        whole = env_indices == self._all_rows
+        rows = None if whole else np.array(env_indices, dtype=np.int64)
+        for key, buf, array in self._dense_actions:
+            value = checked[key]
+            if value.requires_grad:  # a policy's output: the env needs its value, not its graph
+                value = value.detach()
+            # numpy copies: a torch op releases the GIL, which a loop's thread may then wait
+            # to get back behind every worker thread that wants it
+            view = numpy_view(value)
+            if whole:
+                if view is not None:
+                    array[...] = view
+                else:
+                    buf.copy_(value)
+            elif view is not None:
+                array[rows] = view
+            else:
+                buf[from_numpy(cast("npt.NDArray[np.int64]", rows))] = value
 
     # -- results out --------------------------------------------------------------
 
@@ -507,13 +514,3 @@ def _flat(extras: Mapping[Key, Any]) -> dict[Key, Any]:
 
 
 TIMED_OUT_KEY: Key = (TIMED_OUT,)
-
-
-def shallow_copy(td: TensorDictBase) -> TensorDictBase:
-    """``td.copy()``: a new TensorDict holding the same tensors, so that later key changes to
-    ``td`` do not reach it; for a flat TensorDict, for a tenth of ``copy()``'s cost (whose
-    clone of a non-tensor stack builds every row again: sent text shares its stack)."""
-    entries = flat_entries(td, non_tensor=True)
-    if entries is None:
-        return td.copy()
-    return td_unchecked(dict(entries), td.batch_size, td.device)

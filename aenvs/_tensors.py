@@ -33,6 +33,7 @@ __all__ = [
     "non_tensor_values",
     "plain_value",
     "root_entries",
+    "shallow_copy",
     "td_clone",
     "td_get",
     "td_index",
@@ -453,3 +454,13 @@ def plain_value(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: plain_value(v) for k, v in cast("dict[str, Any]", value).items()}
     return value
+
+
+def shallow_copy(td: TensorDictBase) -> TensorDictBase:
+    """``td.copy()``: a new TensorDict holding the same tensors, so that later key changes to
+    ``td`` do not reach it; for a flat TensorDict, for a tenth of ``copy()``'s cost (whose
+    clone of a non-tensor stack builds every row again: sent text shares its stack)."""
+    entries = flat_entries(td, non_tensor=True)
+    if entries is None:
+        return td.copy()
+    return td_unchecked(dict(entries), td.batch_size, td.device)

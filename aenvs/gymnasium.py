@@ -35,7 +35,7 @@ from aenvs._env import EnvFn
 from aenvs._errors import EnvError, VectorEnvTimeoutError
 from aenvs._loop import kill_dropped
 from aenvs._vector.arguments import reset_targets
-from aenvs._vector.collecting import receive_all, receive_all_columns
+from aenvs._vector.collecting import free_others, receive_all, receive_all_columns
 from aenvs._vector.conversion import NotABatch, action_writer
 from aenvs._vector.results import Results
 from aenvs._vector.spaces import vector_spaces
@@ -462,6 +462,14 @@ class AsyncVectorEnv(VectorEnv):
 
     async def _step_columns(self, actions: dict[str, Any]) -> dict[tuple[str, ...], Any]:
         """:meth:`_step` with the actions and results as columns."""
+        pool = self._pool
+        try:
+            columns = pool.step_columns_now(actions)  # the inline executor's lockstep, in one call
+        except EnvError:
+            await free_others(pool.async_step_recv, self._all)
+            raise
+        if columns is not None:
+            return columns
         await self._pool.async_step_send_columns(self._all, actions)
         self._step_sent()
         try:

@@ -130,6 +130,31 @@ class LoopCalls:
         picked = await self._receiver.recv(CommandKind.STEP, min_get, max_get, env_index, timeout)
         return self._parts.step_columns(picked, self._ready_to_send())
 
+    def step_columns_now(self, actions: Mapping[Any, Any]) -> Columns | None:
+        """A step of every env with the actions by key (as for
+        :meth:`async_step_send_columns`), run right here and returned as columns (as
+        :meth:`async_step_recv_columns` returns them), where the pool can: on the inline
+        executor with plain envs, every env free, and no limits, deadlines, step timeout or
+        ``check_finite`` in the way. Elsewhere it returns None and sends nothing: send and
+        receive the usual way then. Raises as those two calls would (a bad action before
+        anything runs; an env's error as EnvError, the other envs' results left to receive).
+
+        For lockstep loops over fast envs, where the send and the receive as two calls cost
+        more than the envs themselves. Call it on the pool's loop (from a coroutine).
+
+        Example:
+            >>> import asyncio, torch
+            >>> from aenvs import AsyncEnvPool
+            >>> async def main():
+            ...     async with AsyncEnvPool("CartPole-v1", num_envs=2, executor="inline") as pool:
+            ...         await pool.reset(seed=0)
+            ...         columns = pool.step_columns_now({"action": torch.tensor([0, 1])})
+            ...         return columns[("reward",)].shape
+            >>> asyncio.run(main())
+            (2, 1)
+        """
+        return self._parts.step_columns_now(actions)
+
     async def step_and_maybe_reset_columns(self, actions: Mapping[Any, Any]) -> tuple[Columns, Columns]:
         """:meth:`~aenvs.AsyncEnvPool.step_and_maybe_reset` of every env with the actions and
         results as columns (see :meth:`async_step_send_columns`): the step's results (the

@@ -97,7 +97,10 @@ class WholeBatchCalls:
         await self._parts.settle(td, env_index, whole=True)
         if has_step_masks(td):
             return (await self._masked_step(td, env_index, and_reset=False))[0]
-        indices = self._sender.send_actions(_STEP, td, env_index)
+        sent = self._parts.send_whole_now(_STEP, td) if env_index is None else None
+        if isinstance(sent, tuple):  # run already, every env answered plainly
+            return self._parts.batcher().step_whole(td)
+        indices = self._sender.send_actions(_STEP, td, env_index) if sent is None else sent
         return await self._receive_all(_STEP, indices)
 
     async def step_and_maybe_reset(
@@ -109,7 +112,10 @@ class WholeBatchCalls:
             out, nxt = await self._masked_step(td, env_index, and_reset=True)
             assert nxt is not None
             return out, nxt
-        indices = self._sender.send_actions(_SMR, td, env_index)
+        sent = self._parts.send_whole_now(_SMR, td) if env_index is None else None
+        if isinstance(sent, tuple):  # run already, every env answered plainly
+            return self._parts.batcher().step_and_reset_whole(td)
+        indices = self._sender.send_actions(_SMR, td, env_index) if sent is None else sent
         try:
             return await self._pool.async_step_and_maybe_reset_recv(env_index=indices)
         except BaseException as exc:

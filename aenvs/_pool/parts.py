@@ -17,7 +17,8 @@ import numpy as np
 from tensordict import NonTensorData, NonTensorStack, TensorDictBase
 
 from aenvs._batching import Batcher
-from aenvs._commands import Command, CommandKind, Completion
+from aenvs._cancellation import cancellation_requested
+from aenvs._commands import Command, CommandKind, Completion, Packed
 from aenvs._env import EnvFn, EnvState
 from aenvs._errors import EnvError
 from aenvs._pool.abandoned import AbandonedCommands
@@ -35,7 +36,7 @@ from aenvs.executors import Executor
 
 __all__ = ["PoolParts", "other_loop_error"]
 
-_SMR = CommandKind.STEP_AND_RESET
+_STEP, _SMR = CommandKind.STEP, CommandKind.STEP_AND_RESET
 
 
 def other_loop_error(
@@ -167,6 +168,27 @@ class PoolParts:
                 indices = self.sender.indices(member_index(td), TD_ENV_INDEX)
             await self.restarts.settle(self.sender.all_envs if indices is None else indices)
 
+    def batcher(self) -> Batcher:
+        """The pool's batcher, once the pool is checked usable now (open, on its loop)."""
+        return self._ready()
+
+    def whole_now_open(self, kind: CommandKind) -> bool:
+        """Whether a whole batch of ``kind`` may run where it is sent: as
+        :meth:`Sender.whole_now_open` says, and nothing else in the pool stands between the
+        send and the receive (no restart under way, no abandoned call's results due, no
+        receive waiting, nothing that screens answers, no cancellation pending)."""
+        return (
+            not self.restarts.active
+            and not self.receiver.receives.waiting
+            and self.receiver.whole()  # abandoned results due, timeouts being stopped, checks...
+            and not cancellation_requested()
+            and self.sender.whole_now_open(kind)
+        )
+
+    def send_whole_now(self, kind: CommandKind, td: TensorDictBase) -> Packed | list[int] | None:
+        """:meth:`Sender.send_whole_now`, where :meth:`whole_now_open` holds; else None."""
+        return self.sender.send_whole_now(kind, td) if self.whole_now_open(kind) else None
+
     async def targets(self, env_index: EnvIndex | None) -> list[int]:
         """The envs a call goes to, once those being restarted are rebuilt."""
         self._check_open()
@@ -278,6 +300,26 @@ class PoolParts:
         return _step_columns(
             batcher.step_batch(picked, inputs)
         )  # a lazy pool, or entries other than plain values
+
+    def step_columns_now(self, actions: Mapping[Any, Any]) -> dict[tuple[str, ...], Any] | None:
+        """A step of every env with ``actions`` by key, run at once (:meth:`send_whole_now`) and
+        received as columns; None, with nothing sent, where it cannot run at once."""
+        if not self.whole_now_open(_STEP):
+            return None
+        batcher = self._ready()
+        checked = batcher.root_actions(actions)
+        if checked is None:  # not plainly the actions: the usual send says what is wrong
+            return None
+        sent = self.sender.send_checked_now(_STEP, checked, batcher)
+        if isinstance(sent, tuple):  # every env answered plainly
+            plain = batcher.step_columns(())
+            assert plain is not None  # a dense pool, with no extra entries
+            return plain
+        # run in the caller: every answer is in the executor, as a receive would take them
+        self.drain()
+        picked = self.slots.take(_STEP, sent, None)  # the first error raised
+        self.slots.consume(_STEP, picked)
+        return self.step_columns(picked, batcher)
 
     def step_columns_whole(self, indices: list[int], batcher: Batcher) -> dict[tuple[str, ...], Any]:
         """:meth:`step_columns` of a lockstep batch of every env (``indices``), answered plainly."""

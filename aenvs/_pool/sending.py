@@ -10,8 +10,8 @@ from typing import Any, cast
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from aenvs._batching import Batcher, shallow_copy
-from aenvs._commands import TRANSITIONS, Command, CommandKind
+from aenvs._batching import Batcher
+from aenvs._commands import TRANSITIONS, Command, CommandKind, Packed
 from aenvs._env import EnvState
 from aenvs._extras import put
 from aenvs._indices import read_env_index
@@ -22,7 +22,7 @@ from aenvs._pool.restarts import RestartSupervisor
 from aenvs._pool.slots import SlotTable
 from aenvs._seeding import seed_chain
 from aenvs._specs import EnvSpec, Key
-from aenvs._tensors import root_entries, td_get, td_unchecked
+from aenvs._tensors import root_entries, shallow_copy, td_get, td_unchecked
 from aenvs.executors import Executor
 
 __all__ = ["TD_ENV_INDEX", "EnvIndex", "Seed", "Sender", "member_index"]
@@ -215,10 +215,87 @@ class Sender:
         self.dispatch(Command(kind, indices, object_actions=objects))
         return indices
 
+    def whole_now_open(self, kind: CommandKind) -> bool:
+        """Whether a whole batch of ``kind`` sent now may run right here (:meth:`send_whole_now`):
+        the executor runs commands in the caller (:meth:`Executor.runs_now`), every env is
+        free and not broken, and no limits, deadlines or step timeout apply."""
+        slots = self._slots
+        return not (
+            self.limits is not None
+            or self.deadlines is not None
+            or self._restarts.broken
+            or slots.in_flight
+            or slots.ready
+            or slots.answers
+            or slots.orphans
+            or not self._executor.runs_now()
+            or self._failures.limit(kind) is not None
+        )
+
+    def send_whole_now(self, kind: CommandKind, td: TensorDictBase) -> Packed | list[int] | None:
+        """Send a step (or step-and-reset) with the actions of ``td`` to every env and have the
+        executor run it right here, where :meth:`whole_now_open` says it may.
+
+        Returns the answers packed when every env answered plainly (recorded and taken: the
+        results are in the buffers, ``td`` is the batch's input); the envs, when the answers
+        wait in the executor for a receive as usual; None when nothing was sent (send the
+        usual way).
+        """
+        if not self.whole_now_open(kind):
+            return None
+        batcher = self._ready()
+        if not isinstance(cast(object, td), TensorDictBase):
+            return None  # the usual send refuses it
+        indices = self.targets(td, None)
+        if indices is not self.all_envs:  # an "env_index" entry naming some envs, or an order
+            return None
+        checked = batcher.check_actions(td, indices)
+        objects = batcher.objects.read(td, indices)
+        batcher.write_actions(td, indices, checked)
+        return self._run_whole_now(kind, objects, lambda: shallow_copy(td))
+
+    def send_checked_now(
+        self, kind: CommandKind, checked: Mapping[Key, torch.Tensor], batcher: Batcher
+    ) -> Packed | list[int]:
+        """:meth:`send_whole_now` of actions already checked (:meth:`Batcher.root_actions`),
+        where :meth:`whole_now_open` holds."""
+        batcher.write_checked(checked)
+        size = torch.Size([self.num_envs])
+        return self._run_whole_now(
+            kind, None, lambda: td_unchecked({key[0]: value for key, value in checked.items()}, size)
+        )
+
+    def _run_whole_now(
+        self, kind: CommandKind, objects: Any, inputs: Callable[[], TensorDictBase]
+    ) -> Packed | list[int]:
+        """Run the command of ``kind`` to every env, its actions written, now; ``inputs``
+        makes the batch's input, kept for a receive when the answers are not all plain."""
+        indices, slots = self.all_envs, self._slots
+        slots.sent(kind, indices, time.perf_counter())
+        answers = self._executor.run_now(Command(kind, indices, object_actions=objects))
+        if answers is None:  # a receive takes them: with the inputs, as for any send
+            slots.keep_inputs(inputs(), indices)
+            return indices
+        slots.complete_whole(kind, answers, time.perf_counter())
+        return answers
+
     def send_columns(self, kind: CommandKind, env_index: list[int], actions: Mapping[Any, Any]) -> list[int]:
         """:meth:`send_actions` with the actions by key as tensors or lists of values."""
         batcher = self._ready()
         indices = self.targets(None, env_index)
+        td, columns = self.columns_input(indices, actions)
+        checked = batcher.check_actions(td, indices)
+        objects = batcher.objects.read(td, indices, columns)
+        batcher.write_actions(td, indices, checked)
+        self._slots.keep_inputs(td, indices)
+        self.dispatch(Command(kind, indices, object_actions=objects))
+        return indices
+
+    def columns_input(
+        self, indices: Sequence[int], actions: Mapping[Any, Any]
+    ) -> tuple[TensorDictBase, dict[Key, Any]]:
+        """The actions by key (tensors or lists of values, a row per env of ``indices``) as
+        an input: a TensorDict of the tensors, and every value by key path."""
         num_rows = len(indices)
         columns: dict[Key, Any] = {}
         tensors: dict[str, Any] = {}
@@ -235,13 +312,7 @@ class Sender:
                 rows = len(value)
             if rows != num_rows:
                 raise ValueError(f"the actions {'.'.join(path)!r} have {rows} rows for {num_rows} envs")
-        td = td_unchecked(tensors, torch.Size([num_rows]))
-        checked = batcher.check_actions(td, indices)
-        objects = batcher.objects.read(td, indices, columns)
-        batcher.write_actions(td, indices, checked)
-        self._slots.keep_inputs(td, indices)
-        self.dispatch(Command(kind, indices, object_actions=objects))
-        return indices
+        return td_unchecked(tensors, torch.Size([num_rows])), columns
 
     def send_reset(
         self,

@@ -15,7 +15,7 @@ from aenvs._errors import EnvError
 if TYPE_CHECKING:
     from tensordict import TensorDictBase
 
-__all__ = ["receive_all", "receive_all_columns"]
+__all__ = ["free_others", "receive_all", "receive_all_columns"]
 
 Receive = Callable[..., Any]
 """An ``AsyncEnvPool`` receive (``async_step_recv``, ``async_reset_recv``, ``async_step_recv_columns``)."""
@@ -26,7 +26,7 @@ async def receive_all(recv: Receive, rows: list[int], timeout: float | None) -> 
     try:
         return await recv(env_index=rows, timeout=timeout)
     except EnvError:
-        await _free_others(recv, rows)
+        await free_others(recv, rows)
         raise
 
 
@@ -39,11 +39,11 @@ async def receive_all_columns(
     try:
         return await recv_columns(min_get=num_envs)  # any num_envs results: cheaper than naming them
     except EnvError:
-        await _free_others(recv, list(range(num_envs)))
+        await free_others(recv, list(range(num_envs)))
         raise
 
 
-async def _free_others(recv: Receive, rows: list[int]) -> None:
+async def free_others(recv: Receive, rows: list[int]) -> None:
     """After an env's error: receive the results the other envs of ``rows`` still owe."""
     for i in rows:
         try:

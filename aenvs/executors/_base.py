@@ -144,6 +144,18 @@ class Executor(abc.ABC):
         when it is about to wait for the results anyway). Never blocks on other workers."""
         return  # most executors start every command at once
 
+    def runs_now(self) -> bool:
+        """Whether :meth:`run_now` may run a command here and now: only the inline executor
+        does, when every env is plain and nothing is queued or held for the pool. A
+        whole-batch call then runs its command where it sends it, with no queue between."""
+        return False
+
+    def run_now(self, command: Command) -> Packed | None:
+        """Run ``command`` to its end now (only where :meth:`runs_now` holds): its answers
+        in one packed record when every env answered plainly; else None, and they come
+        through :meth:`poll` as usual."""
+        raise NotImplementedError(f"the {self.name} executor does not run commands in the caller")
+
     def run_whole(self, kind: CommandKind, num_envs: int) -> Packed | None:
         """The answers of a command of ``kind`` to all ``num_envs`` envs, in one packed record,
         if the executor has them now and nothing else (the inline executor runs its queued

@@ -303,6 +303,18 @@ class InlineExecutor(Executor):
         if command.kind is not kind or len(command.env_indices) != num_envs:
             return None
         plain.clear()
+        return self.run_now(command)
+
+    def runs_now(self) -> bool:
+        return (
+            self._all_plain
+            and not self._plain
+            and not self._completions
+            and self._interrupt is None
+            and self._runner is not None
+        )
+
+    def run_now(self, command: Command) -> Packed | None:
         runner = self._runner
         assert runner is not None
         done = runner.run_plain(command, stop_at_interrupt=True, packed=True)

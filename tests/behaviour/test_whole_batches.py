@@ -151,17 +151,30 @@ def scripted_env_fns(script: Mapping[int, Mapping[int, str]]) -> list[Any]:
 
 
 def count_whole_batches(pool: AsyncEnvPool) -> list[CommandKind]:
-    """The kinds of the batches the pool's executor answered whole (``run_whole``), as they come."""
+    """The kinds of the batches the pool's executor answered whole, as they come: handed
+    to a receive (``run_whole``) or run where a whole-batch call sent them (``run_now``)."""
     executor: Any = pool.executor
-    run_whole, taken = executor.run_whole, list[CommandKind]()
+    run_whole, run_now, taken = executor.run_whole, executor.run_now, list[CommandKind]()
+    inside_run_whole = False  # the inline executor's run_whole runs its command by run_now
 
     def counted(kind: CommandKind, num_envs: int) -> Any:
-        answers = run_whole(kind, num_envs)
+        nonlocal inside_run_whole
+        inside_run_whole = True
+        try:
+            answers = run_whole(kind, num_envs)
+        finally:
+            inside_run_whole = False
         if answers is not None:
             taken.append(kind)
         return answers
 
-    executor.run_whole = counted
+    def counted_now(command: Command) -> Any:
+        answers = run_now(command)
+        if answers is not None and not inside_run_whole:
+            taken.append(command.kind)
+        return answers
+
+    executor.run_whole, executor.run_now = counted, counted_now
     return taken
 
 
