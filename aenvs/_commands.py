@@ -78,6 +78,22 @@ class Command:
             end -= 1
         return (Command, fields[:end])
 
+    def is_plain(self) -> bool:
+        """Whether the command is its kind and envs only (no seeds, options, call or actions).
+
+        Example:
+            >>> Command(CommandKind.STEP, [0, 1]).is_plain(), Command(CommandKind.RESET, [0], {0: 7}).is_plain()
+            (True, False)
+        """
+        return (
+            self.seeds is None
+            and self.options is None
+            and not self.name
+            and not self.args
+            and self.kwargs is None
+            and self.object_actions is None
+        )
+
     def label(self) -> str:
         """The command as errors name it: its kind, and the attribute a call names."""
         return f"{self.kind.value}:{self.name}" if self.name else self.kind.value

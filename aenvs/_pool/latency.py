@@ -69,6 +69,27 @@ class LatencyWindows:
         self.ring[(env_index << SHIFT) | (c & MASK)] = seconds
         self.counts[env_index] = c + 1
 
+    def add_to_all(self, seconds: float) -> bool:
+        """Record one sample of ``seconds`` for every env, when every env has had as many
+        samples (a lockstep loop's batches): one column written at C speed. False, and
+        nothing recorded, when the counts differ (then :meth:`add` env by env).
+
+        Example:
+            >>> windows = LatencyWindows(3)
+            >>> windows.add_to_all(0.5), windows.counts
+            (True, [1, 1, 1])
+            >>> windows.add(0, 0.1)
+            >>> windows.add_to_all(0.5), windows.counts
+            (False, [2, 1, 1])
+        """
+        counts, n = self.counts, self.num_envs
+        c = counts[0]
+        if counts.count(c) != n:
+            return False
+        self.ring[c & MASK :: WINDOW] = array("f", [seconds]) * n
+        counts[:] = [c + 1] * n
+        return True
+
     def clear(self) -> None:
         """Forget every sample."""
         self._rows.fill(np.nan)

@@ -178,7 +178,8 @@ class PoolParts:
         send and the receive (no restart under way, no abandoned call's results due, no
         receive waiting, nothing that screens answers, no cancellation pending)."""
         return (
-            not self.restarts.active
+            self.executor.runs_now()  # first: no other executor ever does
+            and not self.restarts.active
             and not self.receiver.receives.waiting
             and self.receiver.whole()  # abandoned results due, timeouts being stopped, checks...
             and not cancellation_requested()

@@ -24,6 +24,7 @@ __all__ = ["SlotTable"]
 
 _STEP, _RESET, _SMR = CommandKind.STEP, CommandKind.RESET, CommandKind.STEP_AND_RESET
 _RUN, _DONE, _ERROR = EnvState.RUN, EnvState.DONE, EnvState.ERROR
+_COLUMNS_FROM = 16
 
 
 class SlotTable:
@@ -58,6 +59,9 @@ class SlotTable:
         on_failure: Callable[[Completion], None] | None = None,
     ) -> None:
         self.num_envs = num_envs
+        self._every_env = list(range(num_envs))
+        # whole batches recorded a column at a time: below this many envs, env by env costs less
+        self._by_column = num_envs >= _COLUMNS_FROM
         self.executor = executor
         self.vet = vet
         self.on_failure = on_failure
@@ -109,6 +113,8 @@ class SlotTable:
                 sent_at[i] = now
             return
         self.outstanding[kind] += len(indices)
+        if self._by_column and indices == self._every_env and self._sent_to_all(kind, now):
+            return
         taken, waits, counts = self.taken_at, self.policy_wait.ring, self.policy_wait.counts
         for i in indices:
             pending[i] = kind
@@ -118,6 +124,18 @@ class SlotTable:
                 n = counts[i]
                 waits[(i << SHIFT) | (n & MASK)] = now - t
                 counts[i] = n + 1
+
+    def _sent_to_all(self, kind: CommandKind, now: float) -> bool:
+        """:meth:`sent` of a transition to every env, a column at a time, when every env's
+        last result was received at the same time (a lockstep loop); False, nothing done,
+        otherwise."""
+        taken, n = self.taken_at, self.num_envs
+        t = taken[0]
+        if taken.count(t) != n or (t and not self.policy_wait.add_to_all(now - t)):
+            return False
+        self.pending[:] = [kind] * n
+        self.sent_at[:] = [now] * n
+        return True
 
     def withdraw(self, kind: CommandKind, indices: Sequence[int]) -> None:
         """The ``kind`` command sent to ``indices`` never went out (held when the pool closed)."""
@@ -203,6 +221,10 @@ class SlotTable:
         (:meth:`wholly_in_flight` held), arrived at ``now``: :meth:`record`, :meth:`take` and
         :meth:`consume` of their completions in one pass, with no completion made."""
         _, indices, done, was_reset = answers
+        self.in_flight -= len(indices)
+        self.outstanding[kind] -= len(indices)
+        if self._by_column and indices == self._every_env and self._completed_all(kind, done, was_reset, now):
+            return
         pending, states, dispatched_at, taken = self.pending, self.states, self.dispatched_at, self.taken_at
         steps, latency_sum, latency_last = self.steps, self.latency_sum, self.latency_last
         in_env, in_env_counts = self.env_latency.ring, self.env_latency.counts
@@ -221,8 +243,28 @@ class SlotTable:
                 states[i] = _DONE if d and not r else _RUN
             else:
                 states[i] = _RUN
-        self.in_flight -= len(indices)
-        self.outstanding[kind] -= len(indices)
+
+    def _completed_all(self, kind: CommandKind, done: bytes, was_reset: bytes, now: float) -> bool:
+        """The per-env part of :meth:`complete_whole` for every env, a column at a time, when
+        they were all dispatched at the same time; False, nothing done, otherwise."""
+        dispatched_at, n = self.dispatched_at, self.num_envs
+        sent = dispatched_at[0]
+        latency = now - sent
+        if dispatched_at.count(sent) != n or not self.env_latency.add_to_all(latency):
+            return False
+        self.pending[:] = [None] * n
+        self.taken_at[:] = [now] * n
+        if kind is _RESET:
+            self.states[:] = [_RUN] * n
+            return True
+        self.steps[:] = [s + 1 for s in self.steps]
+        self.latency_sum[:] = [s + latency for s in self.latency_sum]
+        self.latency_last[:] = [latency] * n
+        if done == was_reset:  # every episode that ended was reset (or none ended)
+            self.states[:] = [_RUN] * n
+        else:
+            self.states[:] = [_DONE if d and not r else _RUN for d, r in zip(done, was_reset, strict=True)]
+        return True
 
     # -- taking results --------------------------------------------------------------
 

@@ -66,6 +66,8 @@ class _Worker:
         self.alive = True
         self.built: asyncio.Future[Any] | None = None
         self.exited: asyncio.Future[None] | None = None
+        # a plain command of each kind to all its envs, pickled once: a lockstep loop sends it every step
+        self.pickled: dict[CommandKind, bytes] = {}
 
     def describe_death(self, why: str = "died") -> str:
         return f"worker process {self.index} (pid {self.pid}) hosting envs {self.env_indices} {why}"
@@ -288,13 +290,21 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
 
     def submit(self, command: Command) -> None:
         sent_at = time.perf_counter()
+        kind = command.kind
+        # to every env and nothing but a kind: each worker's part is the same every time
+        same = command.is_plain() and command.env_indices == self._every_env
         for worker, part in self._split(command):
             worker.sent_at.append(sent_at)
             for i in part.env_indices:
-                worker.in_flight[i] = command.kind
+                worker.in_flight[i] = kind
             assert worker.conn is not None
+            message = worker.pickled.get(kind) if same else None
+            if message is None:
+                message = _dumps(part)
+                if same:
+                    worker.pickled[kind] = message
             try:
-                worker.conn.send_bytes(_dumps(part))
+                worker.conn.send_bytes(message)
             except OSError:
                 pass  # the worker died: its pidfd / pipe EOF reports the envs in flight
         self._keep_loop_polling(sent_at)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -321,3 +323,72 @@ def test_a_closed_pool_forgets_abandoned_commands() -> None:
     abandoned, calls = _abandoned(table, closed=True)
     abandoned.abandon(STEP, [0])
     assert not abandoned and calls == []
+
+
+def table_state(table: SlotTable) -> tuple[object, ...]:
+    return (
+        table.pending,
+        table.states,
+        table.sent_at,
+        table.taken_at,
+        table.steps,
+        table.latency_sum,
+        table.latency_last,
+        table.in_flight,
+        dict(table.outstanding),
+        table.env_latency.counts,
+        table.policy_wait.counts,
+        table.env_latency.ring.tobytes(),
+        table.policy_wait.ring.tobytes(),
+    )
+
+
+def test_whole_batches_by_column_record_what_env_by_env_records() -> None:
+    """A pool of 16 envs records whole batches a column at a time; the same batches recorded
+    env by env (the column path turned off) leave every field the same, also after a batch
+    that left the envs' sample counts apart (where the column path steps aside)."""
+    n = 16
+    every = list(range(n))
+    by_column, by_env = SlotTable(n), SlotTable(n)
+    by_env._by_column = False  # pyright: ignore[reportPrivateUsage]
+    assert by_column._by_column  # pyright: ignore[reportPrivateUsage]
+    columns = by_column.policy_wait.add_to_all, by_column.env_latency.add_to_all
+    taken: list[bool] = []  # whether each batch's samples went in a column at a time
+
+    def counted(add: Any) -> Any:
+        def add_to_all(seconds: float) -> bool:
+            taken.append(add(seconds))
+            return taken[-1]
+
+        return add_to_all
+
+    by_column.policy_wait.add_to_all, by_column.env_latency.add_to_all = map(counted, columns)
+    no = bytes(n)
+    ended = bytes(1 if i in (3, 7) else 0 for i in range(n))
+    reset = bytes(1 if i == 3 else 0 for i in range(n))  # env 7's episode ended without a reset
+    batches = [
+        (RESET, no, no),
+        (SMR, no, no),
+        (SMR, ended, ended),
+        (SMR, no, no),
+        (STEP, ended, reset),
+    ]
+    now = 1.0
+    for t, (kind, done, was_reset) in enumerate(batches):
+        for table in (by_column, by_env):
+            table.sent(kind, every, now)
+            table.complete_whole(kind, (kind, every, done, was_reset), now + 0.25 + t / 64)
+        assert table_state(by_column) == table_state(by_env), (t, kind)
+        now += 1.0
+    assert taken == [True] * (2 * len(batches) - 1)  # the reset's send has no policy wait
+    assert by_column.states[7] is EnvState.DONE and by_column.states[3] is EnvState.RUN
+    assert by_column.steps == [len(batches) - 1] * n
+    for table in (by_column, by_env):  # counts apart: env 0 alone stepped once more
+        table.sent(STEP, [0], now)
+        table.record([Completion(0, STEP)], now + 0.5)
+        table.consume(STEP, [table.ready[0]])
+        table.sent(STEP, every, now + 1.0)
+        table.complete_whole(STEP, (STEP, every, no, no), now + 1.5)
+    assert table_state(by_column) == table_state(by_env)
+    assert taken[-1] is False  # env 0 a sample ahead: that batch went env by env
+    assert by_column.steps[0] == by_column.steps[1] + 1
