@@ -5,12 +5,15 @@ An inline ``AsyncEnvPool`` of N CartPole-v1 envs in the lockstep step-and-reset 
 timed per batch and split into: the send, the env work (the plain envs' commands, run
 when the receive takes the whole batch or flushes them: the envs' own steps plus the
 runner's per-env work), the batch built from the buffers, and the rest of the receive.
-Beside it, in the same process: gymnasium's ``SyncVectorEnv`` and one env in a plain
-Python loop (the env's own cost).
+Beside it, in the same process: the same loop as one call a batch
+(``pool.step_and_maybe_reset``, the suite's "inline lockstep" row; on the inline executor
+it runs its command where it sends it), gymnasium's ``SyncVectorEnv`` and one env in a
+plain Python loop (the env's own cost).
 
     python benchmarks/hot_path.py [--num-envs 8] [--batches 3000] [--profile tottime]
 
-``--profile`` prints a cProfile of one more pass of the pool's loop, sorted as given.
+``--profile`` prints a cProfile of one more pass of each of the pool's two loops, sorted
+as given.
 """
 
 from __future__ import annotations
@@ -137,6 +140,31 @@ async def pool_parts(n: int, batches: int, copy_results: bool, profile: str | No
         return {key: value / batches * 1e6 for key, value in best.items()}
 
 
+async def whole_call_us(n: int, batches: int, profile: str | None) -> float:
+    """Microseconds per batch of ``pool.step_and_maybe_reset`` in a loop (best of 3 passes)."""
+    async with AsyncEnvPool(["CartPole-v1"] * n, executor="inline") as pool:
+        td = await pool.reset(seed=0)
+        actions = [torch.randint(0, 2, (n,)) for _ in range(batches)]
+
+        async def one_pass() -> float:
+            nonlocal td
+            t0 = time.perf_counter()
+            for a in actions:
+                td["action"] = a
+                _, td = await pool.step_and_maybe_reset(td)
+            return (time.perf_counter() - t0) / batches * 1e6
+
+        await one_pass()  # warm-up
+        best = min([await one_pass() for _ in range(3)])
+        if profile:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            await one_pass()
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats(profile).print_stats(30)
+        return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -152,6 +180,12 @@ def main() -> None:
     print(f"CartPole-v1, N = {n}, {batches} batches, best of 3; microseconds per batch")
     print(f"  one env in a plain loop: {env_us:.2f} us per step ({n} steps: {n * env_us:.1f})")
     print(f"  gymnasium SyncVectorEnv: {sync_us:.1f}")
+    whole = asyncio.run(whole_call_us(n, batches, args.profile))
+    own = whole - n * env_us
+    print(
+        f"  aenvs inline, step_and_maybe_reset: {whole:.1f} ({sync_us / whole:.2f}x SyncVectorEnv; "
+        f"the pool's own {own:.1f} per batch, {own / n:.2f} per env step)"
+    )
     modes = (True, False) if "copy_results" in inspect.signature(AsyncEnvPool).parameters else (True,)
     for copy_results in modes:
         parts = asyncio.run(pool_parts(n, batches, copy_results, args.profile if copy_results else None))

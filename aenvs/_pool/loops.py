@@ -145,13 +145,13 @@ class LoopCalls:
         Example:
             >>> import asyncio, torch
             >>> from aenvs import AsyncEnvPool
-            >>> async def main():
-            ...     async with AsyncEnvPool("CartPole-v1", num_envs=2, executor="inline") as pool:
+            >>> async def first_step(executor):
+            ...     async with AsyncEnvPool("CartPole-v1", num_envs=2, executor=executor) as pool:
             ...         await pool.reset(seed=0)
             ...         columns = pool.step_columns_now({"action": torch.tensor([0, 1])})
-            ...         return columns[("reward",)].shape
-            >>> asyncio.run(main())
-            (2, 1)
+            ...         return None if columns is None else columns[("observation",)].shape
+            >>> asyncio.run(first_step("inline")), asyncio.run(first_step("thread"))
+            ((2, 4), None)
         """
         return self._parts.step_columns_now(actions)
 

@@ -234,15 +234,14 @@ class Sender:
 
     def send_whole_now(self, kind: CommandKind, td: TensorDictBase) -> Packed | list[int] | None:
         """Send a step (or step-and-reset) with the actions of ``td`` to every env and have the
-        executor run it right here, where :meth:`whole_now_open` says it may.
+        executor run it right here; only where :meth:`whole_now_open` holds (and the pool's
+        other parts agree: :meth:`PoolParts.whole_now_open`).
 
         Returns the answers packed when every env answered plainly (recorded and taken: the
         results are in the buffers, ``td`` is the batch's input); the envs, when the answers
-        wait in the executor for a receive as usual; None when nothing was sent (send the
-        usual way).
+        wait in the executor for a receive as usual; None when nothing was sent (the input
+        is not plainly a batch of every env: send it the usual way, which says why).
         """
-        if not self.whole_now_open(kind):
-            return None
         batcher = self._ready()
         if not isinstance(cast(object, td), TensorDictBase):
             return None  # the usual send refuses it
@@ -283,19 +282,6 @@ class Sender:
         """:meth:`send_actions` with the actions by key as tensors or lists of values."""
         batcher = self._ready()
         indices = self.targets(None, env_index)
-        td, columns = self.columns_input(indices, actions)
-        checked = batcher.check_actions(td, indices)
-        objects = batcher.objects.read(td, indices, columns)
-        batcher.write_actions(td, indices, checked)
-        self._slots.keep_inputs(td, indices)
-        self.dispatch(Command(kind, indices, object_actions=objects))
-        return indices
-
-    def columns_input(
-        self, indices: Sequence[int], actions: Mapping[Any, Any]
-    ) -> tuple[TensorDictBase, dict[Key, Any]]:
-        """The actions by key (tensors or lists of values, a row per env of ``indices``) as
-        an input: a TensorDict of the tensors, and every value by key path."""
         num_rows = len(indices)
         columns: dict[Key, Any] = {}
         tensors: dict[str, Any] = {}
@@ -312,7 +298,13 @@ class Sender:
                 rows = len(value)
             if rows != num_rows:
                 raise ValueError(f"the actions {'.'.join(path)!r} have {rows} rows for {num_rows} envs")
-        return td_unchecked(tensors, torch.Size([num_rows])), columns
+        td = td_unchecked(tensors, torch.Size([num_rows]))
+        checked = batcher.check_actions(td, indices)
+        objects = batcher.objects.read(td, indices, columns)
+        batcher.write_actions(td, indices, checked)
+        self._slots.keep_inputs(td, indices)
+        self.dispatch(Command(kind, indices, object_actions=objects))
+        return indices
 
     def send_reset(
         self,
