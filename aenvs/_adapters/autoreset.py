@@ -84,8 +84,14 @@ class Member(gym.Wrapper[Any, Any, Any, Any]):
         if self._autoreset and self._resets_first():
             return self._reset_step(*self.env.reset())
         result = self.env.step(action)
-        if self._mode is AutoresetMode.SAME_STEP and (result[2] or result[3]):
-            return self._step(result, self.env.reset())
+        obs, reward, terminated, truncated, info = result
+        if terminated or truncated:
+            if self._mode is AutoresetMode.SAME_STEP:
+                return self._step(result, self.env.reset())
+        elif not info and type(reward) is float and reward.is_integer() and -_EXACT <= reward <= _EXACT:
+            # the episode goes on, with nothing to carry (most steps): _step's result, sooner
+            self._autoreset = False
+            return obs, reward, terminated, truncated, {}
         return self._step(result, None)
 
     async def coroutine_step(

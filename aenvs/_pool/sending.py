@@ -270,12 +270,13 @@ class Sender:
         """Run the command of ``kind`` to every env, its actions written, now; ``inputs``
         makes the batch's input, kept for a receive when the answers are not all plain."""
         indices, slots = self.all_envs, self._slots
-        slots.sent(kind, indices, time.perf_counter())
+        sent = time.perf_counter()
         answers = self._executor.run_now(Command(kind, indices, object_actions=objects))
-        if answers is None:  # a receive takes them: with the inputs, as for any send
+        if answers is None:  # queued, not drained yet: recorded as sent then, as for any send
+            slots.sent(kind, indices, sent)
             slots.keep_inputs(inputs(), indices)
             return indices
-        slots.complete_whole(kind, answers, time.perf_counter())
+        slots.ran_whole(kind, answers, sent, time.perf_counter())
         return answers
 
     def send_columns(self, kind: CommandKind, env_index: list[int], actions: Mapping[Any, Any]) -> list[int]:

@@ -244,6 +244,39 @@ class SlotTable:
             else:
                 states[i] = _RUN
 
+    def ran_whole(self, kind: CommandKind, answers: Packed, sent: float, now: float) -> None:
+        """A whole-batch ``kind`` sent to every env at ``sent`` and answered plainly at
+        ``now``, run by the executor in the sender's call (no limits: dispatched as sent):
+        :meth:`sent` and :meth:`complete_whole` in one pass."""
+        _, indices, done, was_reset = answers
+        if self._by_column:
+            self.sent(kind, indices, sent)
+            self.complete_whole(kind, answers, now)
+            return
+        sent_at, taken, states = self.sent_at, self.taken_at, self.states
+        waits, wait_counts = self.policy_wait.ring, self.policy_wait.counts
+        in_env, in_env_counts = self.env_latency.ring, self.env_latency.counts
+        steps, latency_sum, latency_last = self.steps, self.latency_sum, self.latency_last
+        latency, step = now - sent, kind is not _RESET
+        for i, d, r in zip(indices, done, was_reset, strict=True):
+            sent_at[i] = sent
+            t = taken[i]
+            if t:  # a sample in env i's windows (LatencyWindows.add, inline)
+                n = wait_counts[i]
+                waits[(i << SHIFT) | (n & MASK)] = sent - t
+                wait_counts[i] = n + 1
+            taken[i] = now
+            n = in_env_counts[i]
+            in_env[(i << SHIFT) | (n & MASK)] = latency
+            in_env_counts[i] = n + 1
+            if step:
+                steps[i] += 1
+                latency_sum[i] += latency
+                latency_last[i] = latency
+                states[i] = _DONE if d and not r else _RUN
+            else:
+                states[i] = _RUN
+
     def _completed_all(self, kind: CommandKind, done: bytes, was_reset: bytes, now: float) -> bool:
         """The per-env part of :meth:`complete_whole` for every env, a column at a time, when
         they were all dispatched at the same time; False, nothing done, otherwise."""

@@ -335,7 +335,7 @@ def table_state(table: SlotTable) -> tuple[object, ...]:
         table.latency_sum,
         table.latency_last,
         table.in_flight,
-        dict(table.outstanding),
+        {kind: count for kind, count in table.outstanding.items() if count},
         table.env_latency.counts,
         table.policy_wait.counts,
         table.env_latency.ring.tobytes(),
@@ -392,3 +392,24 @@ def test_whole_batches_by_column_record_what_env_by_env_records() -> None:
     assert table_state(by_column) == table_state(by_env)
     assert taken[-1] is False  # env 0 a sample ahead: that batch went env by env
     assert by_column.steps[0] == by_column.steps[1] + 1
+
+
+@pytest.mark.parametrize("n", [4, 16])
+def test_a_batch_run_where_it_is_sent_records_what_a_send_and_answer_record(n: int) -> None:
+    """``ran_whole`` (the inline executor's whole batch, run in the sender's call) leaves the
+    table as ``sent`` then ``complete_whole`` do, env by env and by column."""
+    every = list(range(n))
+    apart, together = SlotTable(n), SlotTable(n)
+    no = bytes(n)
+    ended = bytes(1 if i == 1 else 0 for i in range(n))
+    batches = [(RESET, no, no), (SMR, no, no), (SMR, ended, ended), (STEP, no, no), (STEP, ended, no)]
+    now = 1.0
+    for kind, done, was_reset in batches:
+        apart.sent(kind, every, now)
+        apart.complete_whole(kind, (kind, every, done, was_reset), now + 0.125)
+        together.ran_whole(kind, (kind, every, done, was_reset), now, now + 0.125)
+        assert table_state(together) == table_state(apart), kind
+        now += 1.0
+    assert together.states[1] is EnvState.DONE
+    assert together.steps == [len(batches) - 1] * n
+    assert together.policy_wait.counts == [len(batches) - 1] * n
