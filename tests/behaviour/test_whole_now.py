@@ -19,7 +19,7 @@ from tests.conftest import PoolFactory
 N = 3
 
 
-class CountingEnv(gym.Env[np.ndarray, int]):
+class CountingEnv(gym.Env[np.ndarray, np.int64]):
     """Observes ``[t, action, index]``; gives an info entry on its step ``info_at`` and
     raises on its step ``fail_at`` (steps counted over its lifetime); ends every 4 steps."""
 
@@ -36,7 +36,7 @@ class CountingEnv(gym.Env[np.ndarray, int]):
         self.t = 0
         return np.array([0, 0, self.index], np.float32), {}
 
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict]:
         self.steps += 1
         self.t += 1
         if self.steps == self.fail_at:
@@ -70,7 +70,8 @@ async def test_step_columns_now_gives_what_a_send_and_receive_give(
     make_pool: PoolFactory, executor: str
 ) -> None:
     now, usual = await make_pool(env_fns(info_at={1: 3})), await make_pool(env_fns(info_at={1: 3}))
-    await now.reset(), await usual.reset()
+    await now.reset()
+    await usual.reset()
     info_seen = False
     for t in range(8):  # episode ends, and env 1's info entry at its third step
         actions = {"action": torch.tensor([(t + i) % 3 for i in range(N)])}
