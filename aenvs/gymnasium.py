@@ -468,6 +468,9 @@ class AsyncVectorEnv(VectorEnv):
         except EnvError:
             await free_others(pool.async_step_recv, self._all)
             raise
+        except KeyboardInterrupt:  # raised inside an env: the step is sent, step_wait collects it
+            self._step_sent()
+            raise
         if columns is not None:
             return columns
         await self._pool.async_step_send_columns(self._all, actions)

@@ -316,9 +316,11 @@ class PoolParts:
             plain = batcher.step_columns(())
             assert plain is not None  # a dense pool, with no extra entries
             return plain
-        # run in the caller: every answer is in the executor, as a receive would take them
+        # run in the caller: the answers are in the executor, as a receive would take them
+        # (an interrupt an env raised comes first, then the first error; what is not taken
+        # stays to receive, as after a send and a receive)
         self.drain()
-        picked = self.slots.take(_STEP, sent, None)  # the first error raised
+        picked = self.slots.take(_STEP, sent, None)
         self.slots.consume(_STEP, picked)
         return self.step_columns(picked, batcher)
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
+from tensordict import TensorDict
 
 from aenvs import AsyncEnvPool, EnvError
 from tests.conftest import PoolFactory
@@ -26,8 +27,8 @@ class CountingEnv(gym.Env[np.ndarray, np.int64]):
     observation_space = spaces.Box(-100.0, 100.0, (3,), np.float32)
     action_space = spaces.Discrete(3)
 
-    def __init__(self, index: int, info_at: int = 0, fail_at: int = 0) -> None:
-        self.index, self.info_at, self.fail_at = index, info_at, fail_at
+    def __init__(self, index: int, info_at: int = 0, fail_at: int = 0, interrupt_at: int = 0) -> None:
+        self.index, self.info_at, self.fail_at, self.interrupt_at = index, info_at, fail_at, interrupt_at
         self.t = self.steps = 0
 
     def reset(
@@ -41,6 +42,8 @@ class CountingEnv(gym.Env[np.ndarray, np.int64]):
         self.t += 1
         if self.steps == self.fail_at:
             raise RuntimeError(f"boom in env {self.index}")
+        if self.steps == self.interrupt_at:
+            raise KeyboardInterrupt(f"Ctrl-C in env {self.index}")
         info = {"seen": self.steps} if self.steps == self.info_at else {}
         obs = np.array([self.t, int(action), self.index], np.float32)
         return obs, float(self.index + int(action)), self.t % 4 == 0, False, info
@@ -110,6 +113,32 @@ async def test_an_env_error_leaves_the_other_results_to_receive(
     assert sorted(others[("env_index",)].tolist()) == [0, 2]
     assert pool.stats().in_flight == 0 and pool.stats().ready == 0
     assert (await pool.reset()).batch_size == torch.Size([N])  # every env free again
+
+
+async def test_an_interrupt_in_an_env_leaves_the_results_to_receive(
+    make_pool: PoolFactory, executor: str
+) -> None:
+    """An env raising KeyboardInterrupt in a step run where it was sent: the interrupt reaches
+    the caller once (as a receive's would), the env's result is its EnvError, the other
+    envs' results are received as after a send, and the pool steps on."""
+    pool = await make_pool(env_fns(interrupt_at={1: 1}))
+    await pool.reset()
+    actions = {"action": torch.tensor([1, 1, 1])}
+    if executor == "inline":
+        with pytest.raises(KeyboardInterrupt, match="env 1"):
+            pool.step_columns_now(actions)
+    else:  # not run where it is sent: nothing sent; sent the usual way
+        assert pool.step_columns_now(actions) is None
+        assert pool.stats().in_flight == 0
+        await pool.async_step_send_columns(list(range(N)), actions)
+    with pytest.raises(EnvError, match="Ctrl-C in env 1"):
+        await pool.async_step_recv_columns(min_get=None, env_index=[1], timeout=30)
+    others = await pool.async_step_recv_columns(min_get=2, timeout=30)
+    assert sorted(others[("env_index",)].tolist()) == [0, 2]
+    await pool.reset()
+    out = await pool.step(TensorDict({"action": torch.tensor([2, 2, 2])}, [N]))
+    assert out["next", "observation"][:, 1].tolist() == [2.0, 2.0, 2.0]
+    assert pool.stats().in_flight == 0 and pool.stats().ready == 0
 
 
 async def test_nothing_is_sent_where_it_cannot_run_at_once(make_pool: PoolFactory) -> None:

@@ -29,7 +29,14 @@ from aenvs._errors import EnvTimeoutError, VectorEnvTimeoutError
 from aenvs.gymnasium import AsyncVectorEnv
 from tests.helpers import Gate
 from tests.vector.comparison import run_both
-from tests.vector.vector_envs import SPACES, CoroutineSpaceEnv, FailingEnv, GatedSpaceEnv, SpaceEnv
+from tests.vector.vector_envs import (
+    SPACES,
+    CoroutineSpaceEnv,
+    FailingEnv,
+    GatedSpaceEnv,
+    InterruptingEnv,
+    SpaceEnv,
+)
 
 NUM_ENVS = 4
 MODES = list(AutoresetMode)
@@ -394,6 +401,33 @@ def test_env_error_surfaces_and_the_other_envs_stay_usable(make_vec: Callable[..
         envs.step(envs.action_space.sample())
     assert caught.value.env_index == 2
     obs, _ = envs.reset(seed=1)  # every env is free again
+    assert obs.shape == (NUM_ENVS, 3)
+    envs.step(envs.action_space.sample())
+
+
+def test_an_interrupt_inside_an_env_leaves_the_step_to_collect(
+    make_vec: Callable[..., AsyncVectorEnv], executor: str
+) -> None:
+    """KeyboardInterrupt raised inside an env's step: on the inline executor (the env runs in
+    the caller's thread) it reaches the caller and the step stays to collect with
+    ``step_wait`` (that env's result an EnvError); elsewhere it is the env's EnvError. Every
+    env steps again after a reset."""
+    env_fns = [*space_env_fns(1), functools.partial(InterruptingEnv, at=2), *space_env_fns(2)]
+    envs = make_vec(env_fns)
+    envs.reset(seed=0)
+    envs.step(envs.action_space.sample())
+    if executor == "inline":
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(envs.action_space.sample())
+        with pytest.raises(AlreadyPendingCallError):
+            envs.reset(seed=1)
+        with pytest.raises(EnvError, match="Ctrl-C in the env") as caught:
+            envs.step_wait()
+    else:
+        with pytest.raises(EnvError, match="Ctrl-C in the env") as caught:
+            envs.step(envs.action_space.sample())
+    assert caught.value.env_index == 1
+    obs, _ = envs.reset(seed=1)
     assert obs.shape == (NUM_ENVS, 3)
     envs.step(envs.action_space.sample())
 

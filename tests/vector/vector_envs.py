@@ -116,6 +116,21 @@ class FailingEnv(SpaceEnv):
         return super().step(action)
 
 
+class InterruptingEnv(SpaceEnv):
+    """Raises KeyboardInterrupt (a Ctrl-C landing in env code) in its step number ``at``."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+        self.steps = 0
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self.steps += 1
+        if self.steps == self.at:
+            raise KeyboardInterrupt("Ctrl-C in the env")
+        return super().step(action)
+
+
 class CoroutineSpaceEnv(SpaceEnv):
     """SpaceEnv with ``async def`` reset and step that suspend first: step for step equal to it."""
 
