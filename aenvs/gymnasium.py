@@ -473,10 +473,9 @@ class AsyncVectorEnv(VectorEnv):
             raise
         if columns is not None:
             return columns
-        await self._pool.async_step_send_columns(self._all, actions)
+        await pool.async_step_send_columns(self._all, actions)
         self._step_sent()
         try:
-            pool = self._pool
             return await receive_all_columns(
                 pool.async_step_recv_columns, pool.async_step_recv, self.num_envs
             )
