@@ -225,46 +225,40 @@ class SlotTable:
         self.outstanding[kind] -= len(indices)
         if self._by_column and indices == self._every_env and self._completed_all(kind, done, was_reset, now):
             return
-        pending, states, dispatched_at, taken = self.pending, self.states, self.dispatched_at, self.taken_at
-        steps, latency_sum, latency_last = self.steps, self.latency_sum, self.latency_last
-        in_env, in_env_counts = self.env_latency.ring, self.env_latency.counts
-        step = kind is not _RESET
-        for i, d, r in zip(indices, done, was_reset, strict=True):
-            pending[i] = None
-            taken[i] = now
-            latency = now - dispatched_at[i]
-            n = in_env_counts[i]
-            in_env[(i << SHIFT) | (n & MASK)] = latency
-            in_env_counts[i] = n + 1
-            if step:
-                steps[i] += 1
-                latency_sum[i] += latency
-                latency_last[i] = latency
-                states[i] = _DONE if d and not r else _RUN
-            else:
-                states[i] = _RUN
+        self._answered_each(kind, answers, now, None)
 
     def ran_whole(self, kind: CommandKind, answers: Packed, sent: float, now: float) -> None:
         """A whole-batch ``kind`` sent to every env at ``sent`` and answered plainly at
         ``now``, run by the executor in the sender's call (no limits: dispatched as sent):
         :meth:`sent` and :meth:`complete_whole` in one pass."""
-        _, indices, done, was_reset = answers
         if self._by_column:
-            self.sent(kind, indices, sent)
+            self.sent(kind, answers[1], sent)
             self.complete_whole(kind, answers, now)
             return
-        sent_at, taken, states = self.sent_at, self.taken_at, self.states
-        waits, wait_counts = self.policy_wait.ring, self.policy_wait.counts
-        in_env, in_env_counts = self.env_latency.ring, self.env_latency.counts
+        self._answered_each(kind, answers, now, sent)
+
+    def _answered_each(self, kind: CommandKind, answers: Packed, now: float, sent: float | None) -> None:
+        """The per-env part of :meth:`complete_whole`, env by env; with ``sent`` (a batch run
+        where it was sent at that time, :meth:`ran_whole`) that of :meth:`sent` too, the
+        envs' pending kinds and counts left as they were before the send."""
+        _, indices, done, was_reset = answers
+        pending, states, dispatched_at, taken = self.pending, self.states, self.dispatched_at, self.taken_at
         steps, latency_sum, latency_last = self.steps, self.latency_sum, self.latency_last
-        latency, step = now - sent, kind is not _RESET
+        in_env, in_env_counts = self.env_latency.ring, self.env_latency.counts
+        waits, wait_counts = self.policy_wait.ring, self.policy_wait.counts
+        step = kind is not _RESET
         for i, d, r in zip(indices, done, was_reset, strict=True):
-            sent_at[i] = sent
-            t = taken[i]
-            if t:  # a sample in env i's windows (LatencyWindows.add, inline)
-                n = wait_counts[i]
-                waits[(i << SHIFT) | (n & MASK)] = sent - t
-                wait_counts[i] = n + 1
+            if sent is None:
+                pending[i] = None
+                latency = now - dispatched_at[i]
+            else:
+                dispatched_at[i] = sent  # sent_at: no limits hold a batch run where it is sent
+                t = taken[i]
+                if t:  # a sample in env i's window (LatencyWindows.add, inline)
+                    n = wait_counts[i]
+                    waits[(i << SHIFT) | (n & MASK)] = sent - t
+                    wait_counts[i] = n + 1
+                latency = now - sent
             taken[i] = now
             n = in_env_counts[i]
             in_env[(i << SHIFT) | (n & MASK)] = latency
