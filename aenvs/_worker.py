@@ -7,7 +7,8 @@ start in a fraction of a second and stay small. The protocol on the pipe:
     worker -> parent   ("built", {env_index: EnvSpec}) or ("failed", EnvError)
     parent -> worker   (all specs, arena size, close timeout, spin wait), then the arena's fd (SCM_RIGHTS)
     parent -> worker   Command, ...; None to stop
-    worker -> parent   [Completion, ...] per command (results sit in shared memory)
+    worker -> parent   per command, its answers: packed (every env answered plainly) or
+                       [Completion, ...] (results sit in shared memory)
 
 A worker closes its envs when it stops, however it stops: told to (None), its pipe gone,
 or SIGTERM (which the parent sends a worker it gives up on: the command under way is
@@ -29,7 +30,7 @@ from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from typing import Any
 
-from aenvs._commands import Completion, RemoteError, pack
+from aenvs._commands import Completion, Packed, RemoteError, pack
 from aenvs._errors import EnvError
 from aenvs._runner import EnvRunner
 from aenvs._shm import SharedArena
@@ -75,14 +76,16 @@ class _Stop:
         raise _Terminated
 
 
-def _send(conn: Connection, completions: list[Completion]) -> None:
+def _send(conn: Connection, answers: list[Completion] | Packed) -> None:
+    """Send a command's answers: packed (plain answers of every env), or a Completion per env."""
     # Plain pickle, not the Connection's ForkingPickler: torch registers reductions there
     # that would send tensors through a resource sharer instead of by value.
     try:
-        data = pickle.dumps(pack(completions), protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(answers, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # an env returned something that cannot travel: its result becomes an error
+        assert type(answers) is list  # a packed record is plain values
         error = RemoteError.capture(exc)
-        data = pickle.dumps([Completion(c.env_index, c.kind, error=error) for c in completions])
+        data = pickle.dumps([Completion(c.env_index, c.kind, error=error) for c in answers])
     conn.send_bytes(data)
 
 
@@ -112,18 +115,25 @@ def worker_main(pipe_fd: int, env_args: tuple[Any, Any, Any], worker_index: int,
         spin, poller = SpinWait(spin_wait), select.poll()
         poller.register(conn.fileno(), select.POLLIN)
         answered = 0.0  # when the last answer went out
+        last: tuple[bytes, Any] = (b"", None)  # the last command, as sent and as read
         while True:
             if answered:  # the parent's next command often follows within microseconds
                 spin.poll(poller.poll)
-            command = pickle.loads(conn.recv_bytes())
+            data = conn.recv_bytes()
             if answered:
                 spin.record(time.perf_counter() - answered)
+            # a lockstep loop sends the same bytes batch after batch (kind and envs): read once
+            command = last[1] if data == last[0] else pickle.loads(data)
             if command is None:
                 break
-            done = runner.execute(command)
+            last = (data, command)
+            if runner.has_async:
+                answers = pack(runner.execute(command))
+            else:  # packed as the envs answer: no Completion per env to build and pack
+                answers = runner.run_plain(command, packed=True)
             if _Stop.terminated:  # raised inside an async env's task, which kept it as its error
                 break
-            _send(conn, done)
+            _send(conn, answers)
             answered = time.perf_counter()
     except (EOFError, BrokenPipeError, ConnectionResetError, _Terminated):
         pass  # the parent is gone, or gave up on this worker: nobody to answer
