@@ -18,7 +18,7 @@ import numpy as np
 
 from aenvs._adapters import Outcome, build_env, make_adapter
 from aenvs._buffers import EnvRows
-from aenvs._commands import Command, CommandKind, Completion, Packed, RemoteError
+from aenvs._commands import Command, CommandKind, Completion, Packed, RemoteError, pack
 from aenvs._env import EnvContext, EnvFn
 from aenvs._env_rows import ColumnRun, EnvSlot
 from aenvs._errors import EnvError
@@ -110,13 +110,22 @@ class EnvRunner:
 
     # -- running commands -------------------------------------------------------
 
-    def execute(self, command: Command) -> list[Completion]:
-        """Run ``command`` on every env of it hosted here; async envs run concurrently."""
+    @overload
+    def execute(self, command: Command, *, packed: Literal[False] = False) -> list[Completion]: ...
+
+    @overload
+    def execute(self, command: Command, *, packed: bool) -> list[Completion] | Packed: ...
+
+    def execute(self, command: Command, *, packed: bool = False) -> list[Completion] | Packed:
+        """Run ``command`` on every env of it hosted here; async envs run concurrently.
+        ``packed``: the answers as one :data:`~aenvs._commands.Packed` record when every env
+        answered plainly (plain envs' packed as they answer: no Completion per env)."""
         if self.has_async:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
-            return self._loop.run_until_complete(self.execute_async(command))
-        return self.run_plain(command)
+            completions = self._loop.run_until_complete(self.execute_async(command))
+            return pack(completions) if packed else completions
+        return self.run_plain(command, packed=packed)
 
     @overload
     def run_plain(

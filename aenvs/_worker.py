@@ -30,7 +30,7 @@ from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from typing import Any
 
-from aenvs._commands import Completion, Packed, RemoteError, pack
+from aenvs._commands import Completion, Packed, RemoteError
 from aenvs._errors import EnvError
 from aenvs._runner import EnvRunner
 from aenvs._shm import SharedArena
@@ -127,10 +127,7 @@ def worker_main(pipe_fd: int, env_args: tuple[Any, Any, Any], worker_index: int,
             if command is None:
                 break
             last = (data, command)
-            if runner.has_async:
-                answers = pack(runner.execute(command))
-            else:  # packed as the envs answer: no Completion per env to build and pack
-                answers = runner.run_plain(command, packed=True)
+            answers = runner.execute(command, packed=True)
             if _Stop.terminated:  # raised inside an async env's task, which kept it as its error
                 break
             _send(conn, answers)

@@ -102,32 +102,19 @@ class SpaceEnv(gym.Env):
 
 
 class FailingEnv(SpaceEnv):
-    """Raises in its step number ``fail_at`` (counted over its lifetime)."""
+    """Raises ``error`` (default ``RuntimeError("boom")``) in its step number ``fail_at``
+    (counted over its lifetime)."""
 
-    def __init__(self, fail_at: int) -> None:
+    def __init__(self, fail_at: int, error: BaseException | None = None) -> None:
         super().__init__()
         self.fail_at = fail_at
+        self.error = error
         self.steps = 0
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         self.steps += 1
         if self.steps == self.fail_at:
-            raise RuntimeError("boom")
-        return super().step(action)
-
-
-class InterruptingEnv(SpaceEnv):
-    """Raises KeyboardInterrupt (a Ctrl-C landing in env code) in its step number ``at``."""
-
-    def __init__(self, at: int) -> None:
-        super().__init__()
-        self.at = at
-        self.steps = 0
-
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
-        self.steps += 1
-        if self.steps == self.at:
-            raise KeyboardInterrupt("Ctrl-C in the env")
+            raise self.error or RuntimeError("boom")
         return super().step(action)
 
 
