@@ -10,6 +10,10 @@ would have to be woken for it, and waking a thread is most of a fast hand-off's 
 ``pinned=True`` keeps each worker's envs on the thread that built them, for envs whose
 state belongs to one thread.
 
+On Linux the threads run under the ``SCHED_BATCH`` policy (``batch_scheduling``): a
+thread whose env wakes up (its sleep ended, its socket answered) waits for the core's
+next turn instead of preempting the event loop's thread, which feeds every env.
+
 Completions reach the loop through ``call_soon_threadsafe``, coalesced so that a
 burst of completions wakes the loop once; nothing polls. Threads are daemons: an
 env stuck in a step cannot keep the interpreter from exiting.
@@ -18,6 +22,7 @@ env stuck in a step cannot keep the interpreter from exiting.
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import threading
 from collections import deque
@@ -71,6 +76,11 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
             ``check_same_thread``). By default any free thread runs a worker's next
             command, as ``asyncio.to_thread`` does: a worker's commands still run one at a
             time, in order, and the hand-offs cost less (docs/performance.md).
+        batch_scheduling: on Linux, run the threads (and any thread their envs start)
+            under the ``SCHED_BATCH`` policy: a thread woken by its env's I/O or sleep
+            does not preempt the event loop's thread on its core. With many envs the
+            loop's thread is the busiest one and every env waits for it, so it keeps
+            more envs stepping (docs/performance.md). False: the default policy.
 
     Example:
         >>> import asyncio
@@ -98,9 +108,11 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
         startup_timeout: float | None = None,
         close_timeout: float = 5.0,
         pinned: bool = False,
+        batch_scheduling: bool = True,
     ) -> None:
         super().__init__(num_workers, envs_per_worker, startup_timeout, close_timeout)
         self.pinned = pinned
+        self.batch_scheduling = batch_scheduling
         self._shared: queue.SimpleQueue[_Worker | None] = queue.SimpleQueue()  # workers to run
         self._threads: list[asyncio.Future[None]] = []  # every thread started, by its end
         # threads given up on (stuck in an env), with the worker they ran
@@ -170,6 +182,8 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
     ) -> None:
         loop = self._loop
         assert loop is not None
+        if self.batch_scheduling:
+            _yield_to_the_loop()
         runner: EnvRunner | None = None
         try:
             try:
@@ -344,6 +358,20 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
 
     def counters(self) -> dict[str, int]:
         return {"abandoned_threads": self.abandoned_threads}
+
+
+_SCHED_BATCH: int | None = getattr(os, "SCHED_BATCH", None)  # Linux only
+
+
+def _yield_to_the_loop() -> None:
+    """Run the calling thread under ``SCHED_BATCH`` where there is one: no preempting a
+    running thread (the event loop's) when it wakes."""
+    if _SCHED_BATCH is None:
+        return
+    try:
+        os.sched_setscheduler(0, _SCHED_BATCH, os.sched_param(0))  # 0: the calling thread
+    except OSError:  # refused (a sandbox's seccomp filter): the default policy, as before
+        pass
 
 
 def _close(worker: _Worker, runner: EnvRunner, idle: bool = False) -> None:

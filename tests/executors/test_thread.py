@@ -7,6 +7,7 @@ A worker's commands run one at a time, in the order sent, whichever thread runs 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import threading
 from collections import defaultdict
@@ -147,3 +148,37 @@ async def test_a_thread_stuck_in_an_env_is_abandoned_and_its_env_restarts(
     finally:
         release.touch()  # the abandoned thread can end now
         await pool.aclose()
+
+
+class PolicyEnv(Env):
+    """Observes the scheduling policy of the thread that steps it and of a thread it starts."""
+
+    observation_space = spaces.Box(0, 100, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> TensorDict:
+        return TensorDict(observation=torch.zeros(2))
+
+    def step(self, td: TensorDict) -> dict[str, Any]:
+        started: list[int] = []
+        thread = threading.Thread(target=lambda: started.append(os.sched_getscheduler(0)))
+        thread.start()
+        thread.join()
+        policies = np.array([os.sched_getscheduler(0), started[0]], np.float32)
+        return {"observation": policies, "reward": 0.0, "terminated": False}
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux's")
+@pytest.mark.parametrize("batch_scheduling", [True, False], ids=["batch", "default"])
+@pytest.mark.parametrize("pinned", [False, True], ids=["shared", "pinned"])
+async def test_threads_run_under_sched_batch_and_the_loops_thread_keeps_its_policy(
+    pinned: bool, batch_scheduling: bool
+) -> None:
+    loops_policy = os.sched_getscheduler(0)
+    executor = ThreadExecutor(pinned=pinned, batch_scheduling=batch_scheduling)
+    async with AsyncEnvPool([PolicyEnv] * 3, executor=executor) as pool:
+        await pool.reset()
+        out = await pool.step(TensorDict(action=torch.zeros(3, dtype=torch.int64), batch_size=[3]))
+    expected = os.SCHED_BATCH if batch_scheduling else loops_policy
+    assert out["next", "observation"].tolist() == [[expected, expected]] * 3
+    assert os.sched_getscheduler(0) == loops_policy
