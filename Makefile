@@ -18,7 +18,7 @@ TORCHRL_VENV := .venv-torchrl
 BENCH_VENV := .venv-bench
 comma := ,
 
-.PHONY: run test checks lint typecheck pytest pytest-torchrl docs docs-build package bench clean
+.PHONY: run test checks lint typecheck pytest pytest-ray pytest-rest pytest-torchrl docs docs-build package bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,11 +63,19 @@ pytest: $(VENV)/.installed-test
 pytest-torchrl: $(TORCHRL_VENV)/.installed
 	AENVS_REQUIRE_TORCHRL=1 $(TORCHRL_VENV)/bin/python -m pytest -q -m torchrl
 
-# the checks run while the TorchRL venv installs, then the two test suites side by side
-# (two jobs each time, each one's output in one piece)
+# the main suite in two jobs: the tests on Ray (which share one local cluster) and the
+# rest, which must not start one (tests/ray_session.py); together they are `make pytest`
+pytest-ray: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -m "not torchrl" -k ray
+
+pytest-rest: $(VENV)/.installed-test
+	AENVS_TESTS_WITHOUT_RAY=1 $(BIN)/python -m pytest -q -m "not torchrl" -k "not ray"
+
+# the checks run while the TorchRL venv installs, then the test suites side by side
+# (each one's output in one piece): most of the tests wait on envs, workers and timeouts
 test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target checks $(TORCHRL_VENV)/.installed
-	$(MAKE) --no-print-directory -j2 --output-sync=target pytest pytest-torchrl
+	$(MAKE) --no-print-directory -j3 --output-sync=target pytest-ray pytest-rest pytest-torchrl
 
 checks: lint typecheck docs-build package
 

@@ -33,6 +33,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # everything here stays on loopback. Read when ray is imported, so set before that.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
+# set by make test for the job that runs every test but those on Ray (one cluster at a time)
+WITHOUT_RAY = "AENVS_TESTS_WITHOUT_RAY"
+
 NODE_OPTIONS: dict[str, Any] = {
     "num_cpus": 2,
     "object_store_memory": 200 * 1024 * 1024,
@@ -79,6 +82,11 @@ class LocalRay:
         import ray
         from ray.cluster_utils import Cluster
 
+        if os.environ.get(WITHOUT_RAY):
+            raise RuntimeError(
+                f"{WITHOUT_RAY} is set: this run leaves the tests on Ray to another job "
+                "(make test: pytest -k ray); name a test that needs Ray so that -k ray selects it"
+            )
         self.suspend()
         self._start_zygote()
         if self._temp_dir is None:  # short: Ray's socket paths must fit in 107 characters
