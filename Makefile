@@ -57,8 +57,11 @@ lint: $(VENV)/.installed-test
 typecheck: $(VENV)/.installed-test
 	$(BIN)/pyright
 
+# the main venv's tests (all but the TorchRL interop ones)
+MAIN_TESTS := $(BIN)/python -m pytest -q -m "not torchrl"
+
 pytest: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q -m "not torchrl"
+	$(MAIN_TESTS)
 
 pytest-torchrl: $(TORCHRL_VENV)/.installed
 	AENVS_REQUIRE_TORCHRL=1 $(TORCHRL_VENV)/bin/python -m pytest -q -m torchrl
@@ -66,10 +69,10 @@ pytest-torchrl: $(TORCHRL_VENV)/.installed
 # the main suite in two jobs: the tests on Ray (which share one local cluster) and the
 # rest, which must not start one (tests/ray_session.py); together they are `make pytest`
 pytest-ray: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q -m "not torchrl" -k ray
+	$(MAIN_TESTS) -k ray
 
 pytest-rest: $(VENV)/.installed-test
-	AENVS_TESTS_WITHOUT_RAY=1 $(BIN)/python -m pytest -q -m "not torchrl" -k "not ray"
+	AENVS_TESTS_WITHOUT_RAY=1 $(MAIN_TESTS) -k "not ray"
 
 # the checks run while the TorchRL venv installs, then the test suites side by side
 # (each one's output in one piece): most of the tests wait on envs, workers and timeouts
