@@ -26,6 +26,7 @@ from aenvs._extras import nest, put, stack_extras, to_td_value
 from aenvs._gathering import SentInputs, gather_dense, numpy_view
 from aenvs._layout import TIMED_OUT
 from aenvs._object_actions import ObjectActions
+from aenvs._rows import pick_rows, put_rows, row_items
 from aenvs._specs import OBJECT, EnvSpec, Key, Leaf
 from aenvs._tensors import (
     flat_entries,
@@ -105,12 +106,15 @@ class Batcher:
         # the members' own batch shape (TorchRL envs of batch size [3]): after the env dim in
         # every batch; the pool refuses members whose batch shapes differ
         self.batch_shape: tuple[int, ...] = specs[0].batch_shape if specs else ()
-        # the dense path copies rows in numpy: between the pool's other work a torch op costs
-        # several times what numpy's take does (9-13 us against 1.7 us for 50 rows here)
-        self._dense_plan = (list(buffers.groups[0].reset.items()), list(buffers.groups[0].step.items()))
+        # the dense path copies rows in numpy (aenvs._rows: holding the GIL): between the pool's
+        # other work a torch op costs several times as much (9-13 us against 1.7 for 50 rows)
+        first = buffers.groups[0]
+        self._dense_plan = tuple(
+            [(k, b, row_items(b)) for k, b in g.items()] for g in (first.reset, first.step)
+        )
         # the same by root name, when no key is nested (the usual case): one dict built per batch
         self._flat_plan = tuple(
-            [(key[0], buf) for key, buf in plan] if all(len(key) == 1 for key, _ in plan) else None
+            [(k[0], b, items) for k, b, items in plan] if all(len(k) == 1 for k, _, _ in plan) else None
             for plan in self._dense_plan
         )
         self._arange_np = np.arange(len(specs), dtype=np.int64)
@@ -119,12 +123,11 @@ class Batcher:
         self._step_views: dict[str, Any] | None = None
         if not copy and not timed_out:
             self._step_views = {}
-            for key, buf in self._dense_plan[1]:
+            for key, buf, _ in self._dense_plan[1]:
                 put(self._step_views, key, from_numpy(buf))
-        self._dense_actions = [
-            (k, self._groups[0][2][k], a) for k, a in buffers.groups[0].action.items() if a.dtype != OBJECT
-        ]
-        self._sent_actions = {key: array for key, _, array in self._dense_actions}  # by key, for receives
+        actions = [(k, a) for k, a in first.action.items() if a.dtype != OBJECT]
+        self._dense_actions = [(k, self._groups[0][2][k], a, row_items(a)) for k, a in actions]
+        self._sent_actions = {k: (a, items) for k, _, a, items in self._dense_actions}  # for receives
 
     # -- actions in ---------------------------------------------------------------
 
@@ -229,7 +232,7 @@ class Batcher:
     def _write_dense(self, env_indices: Sequence[int], checked: Mapping[Key, torch.Tensor]) -> None:
         whole = env_indices == self._all_rows
         rows = None if whole else np.array(env_indices, dtype=np.int64)
-        for key, buf, array in self._dense_actions:
+        for key, buf, array, items in self._dense_actions:
             value = checked[key]
             if value.requires_grad:  # a policy's output: the env needs its value, not its graph
                 value = value.detach()
@@ -242,7 +245,7 @@ class Batcher:
                 else:
                     buf.copy_(value)
             elif view is not None:
-                array[rows] = view
+                put_rows(array, cast("npt.NDArray[np.int64]", rows), view, items)
             else:
                 buf[from_numpy(cast("npt.NDArray[np.int64]", rows))] = value
 
@@ -256,11 +259,11 @@ class Batcher:
         flat = self._flat_plan[which]
         if flat is not None:
             if rows is None:
-                return {name: from_numpy(buf.copy()) for name, buf in flat}
-            return {name: from_numpy(buf.take(rows, axis=0)) for name, buf in flat}
+                return {name: from_numpy(buf.copy()) for name, buf, _ in flat}
+            return {name: from_numpy(pick_rows(buf, rows, items)) for name, buf, items in flat}
         source: dict[str, Any] = {}
-        for key, buf in self._dense_plan[which]:
-            put(source, key, from_numpy(buf.copy() if rows is None else buf.take(rows, axis=0)))
+        for key, buf, items in self._dense_plan[which]:
+            put(source, key, from_numpy(buf.copy() if rows is None else pick_rows(buf, rows, items)))
         return source
 
     def _lazy_rows(self, env_indices: Sequence[int], which: int) -> LazyStackedTensorDict:
@@ -440,8 +443,8 @@ class Batcher:
         envs are the buffer ``rows`` (None: every env, in order); no completions: every env,
         answered plainly."""
         columns: dict[Key, Any] = {
-            key: buf.copy() if rows is None else buf.take(rows, axis=0)
-            for key, buf in self._dense_plan[which]
+            key: buf.copy() if rows is None else pick_rows(buf, rows, items)
+            for key, buf, items in self._dense_plan[which]
         }
         step = which == 1
         extras = [

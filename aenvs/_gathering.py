@@ -16,6 +16,7 @@ import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from aenvs._extras import put
+from aenvs._rows import pick_rows, put_rows
 from aenvs._specs import Key
 from aenvs._tensors import flat_entries, from_numpy, non_tensor_row, non_tensor_stack, td_items, td_unchecked
 
@@ -30,16 +31,17 @@ _ENV_INDEX = ("env_index",)
 
 def gather_dense(
     inputs: Sequence[Inputs],
-    sent_actions: tuple[Mapping[Key, npt.NDArray[Any]], npt.NDArray[np.int64] | None] | None = None,
+    sent_actions: tuple[Mapping[Key, tuple[npt.NDArray[Any], Any]], npt.NDArray[np.int64] | None]
+    | None = None,
 ) -> TensorDict | None:
     """Rows from several sent batches with the same tensor entries: one gather per batch and
     key, not one TensorDict per env (the overlapped loop's case). None when entries differ.
 
     "env_index" is left out (the batch sets its own). ``sent_actions``: the pool's action rows
-    by key and the envs' rows there (None: every env, in order); an action entry of plain CPU
-    tensors is copied from them with one ``take`` instead of gathered batch by batch (they
-    hold what each env was sent; a policy's output that requires grad or lives on a device
-    is gathered as sent)."""
+    by key (each with its :func:`~aenvs._rows.row_items`) and the envs' rows there (None:
+    every env, in order); an action entry of plain CPU tensors is copied from them with one
+    pick instead of gathered batch by batch (they hold what each env was sent; a policy's
+    output that requires grad or lives on a device is gathered as sent)."""
     batches = list({id(td): td for td, _ in inputs}.values())  # each sent batch once, in order
     layouts: list[Mapping[Any, Any]] = []
     objects: list[dict[Any, Any]] = []  # per batch: its non-tensor entries (text...), by key
@@ -65,7 +67,7 @@ def gather_dense(
         or (object_keys and tail)
     ):
         return None
-    action_rows: Mapping[Key, npt.NDArray[Any]] = {}
+    action_rows: Mapping[Key, tuple[npt.NDArray[Any], Any]] = {}
     env_rows: npt.NDArray[np.int64] | None = None
     if sent_actions is not None:
         action_rows, env_rows = sent_actions
@@ -78,7 +80,8 @@ def gather_dense(
         tensors = [leaves[key] for leaves in layouts]
         sent = action_rows.get(path)
         if sent is not None and all(t.is_cpu and not t.requires_grad for t in tensors):
-            value = from_numpy(sent.copy() if env_rows is None else sent.take(env_rows, axis=0))
+            rows, items = sent
+            value = from_numpy(rows.copy() if env_rows is None else pick_rows(rows, env_rows, items))
         else:
             places = places or _places(inputs)
             value = _gather_leaf(tensors, *places, len(inputs))
@@ -123,7 +126,7 @@ def _gather_leaf(
         first = arrays[0]
         gathered = np.empty((size, *first.shape[1:]), first.dtype)
         for array, r, p in zip(arrays, rows, positions, strict=True):
-            gathered[p] = array[r]
+            put_rows(gathered, p, pick_rows(array, r))
         return from_numpy(gathered)
     # on a device, requiring grad, or a dtype numpy lacks
     order = from_numpy(np.argsort(np.concatenate(positions)))

@@ -9,6 +9,7 @@ from gymnasium import spaces
 import aenvs
 from aenvs import executors
 from aenvs._buffers import Buffers
+from aenvs._rows import pick_rows, put_rows, row_items
 from aenvs._seeding import next_seed, seed_chain
 from aenvs._specs import EnvSpec, space_leaves
 
@@ -159,3 +160,42 @@ def test_build_env_passes_the_context_to_each_kind_of_factory() -> None:
             assert env.spec is not None and env.spec.id == "CartPole-v1"
             env.close()
         assert unhashable.seen == i
+
+
+_ROW_ARRAYS = [
+    np.arange(24, dtype=np.float32).reshape(6, 4),
+    np.arange(48, dtype=np.int16).reshape(6, 2, 4),
+    np.arange(6, dtype=np.int64),
+    np.arange(6) % 2 == 0,
+    np.arange(36, dtype=np.float64).reshape(6, 6)[:, ::2],  # rows not contiguous
+    np.array([[f"a{i}", i] for i in range(6)], dtype=object),
+    np.zeros((6, 0), np.float32),
+]
+
+
+@pytest.mark.parametrize("array", _ROW_ARRAYS, ids=lambda a: f"{a.dtype}{list(a.shape)}")
+@pytest.mark.parametrize("rows", [[5, 0, 3], [2], [], list(range(6))[::-1]])
+def test_rows_are_picked_and_put_as_numpy_indexing_does(array: np.ndarray, rows: list[int]) -> None:
+    index = np.array(rows, dtype=np.int64)
+    picked = pick_rows(array, index, row_items(array))
+    expected = array.take(index, axis=0)
+    assert picked.dtype == expected.dtype and picked.shape == expected.shape
+    assert (picked == expected).all()
+    assert not np.shares_memory(picked, array)  # a copy, as take's
+
+    target, reference = array.copy(), array.copy()
+    values = np.flip(expected, axis=0) if len(rows) else expected
+    put_rows(target, index, values)
+    reference[index] = values
+    assert (target == reference).all()
+
+
+def test_put_rows_broadcasts_and_casts_values_as_setitem_does() -> None:
+    array, reference = np.zeros((5, 3), np.float32), np.zeros((5, 3), np.float32)
+    put_rows(array, [4, 1], np.float64(2.5))
+    reference[[4, 1]] = 2.5
+    put_rows(array, [0], np.array([1, 2, 3], dtype=np.int64))
+    reference[[0]] = np.array([1, 2, 3])
+    assert (array == reference).all()
+    with pytest.raises(IndexError):
+        pick_rows(array, np.array([5]))
