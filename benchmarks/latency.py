@@ -14,7 +14,9 @@ only loop ``await asyncio.sleep(L)`` (inline), and a ``ThreadPoolExecutor(N)`` w
 ``time.sleep(L)`` jobs are re-submitted as they complete (thread). The inline rows also run
 both loops over a reference that does the least any pool could (``TimerPool``: one timer per
 env started by the send, one TensorDict per receive): what the loop's shape itself costs on
-this machine. If gymnasium is installed, its ``AsyncVectorEnv`` (lockstep ``step_async`` /
+this machine; the thread rows the same loop over ``time.sleep(L)`` jobs on a
+``ThreadPoolExecutor(N)`` whose ends reach the loop with ``call_soon_threadsafe``
+(``ThreadTimerPool``): what routing every step through the loop costs with threads. If gymnasium is installed, its ``AsyncVectorEnv`` (lockstep ``step_async`` /
 ``step_wait``) on a ``time.sleep(L)`` env at N=64 is a peer row.
 
 Every row is measured for ``--duration`` seconds after a ``--warmup`` (0.5 s) warm-up. Columns printed:
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import concurrent.futures
 import gc
 import json
@@ -219,9 +222,13 @@ class TimerPool:
         ready, self._ready = sorted(self._ready[:take]), self._ready[take:]
         self.in_flight -= len(ready)
         rows = np.array(ready)
-        nxt = {key: torch.from_numpy(values.take(rows, 0)) for key, values in self._next.items()}
+        # the rows by a mask (compress), not take: numpy's take lets go of the GIL, which env
+        # threads then hold while the loop waits (docs/performance.md)
+        mask = np.zeros(len(self._action), bool)
+        mask[rows] = True
+        nxt = {key: torch.from_numpy(values.compress(mask, 0)) for key, values in self._next.items()}
         return TensorDict(
-            action=torch.from_numpy(self._action.take(rows)),
+            action=torch.from_numpy(self._action.compress(mask)),
             next=TensorDict(nxt, batch_size=[len(ready)]),
             env_index=torch.from_numpy(rows),
             batch_size=[len(ready)],
@@ -232,24 +239,76 @@ class TimerPool:
         self._action[indices] = cast(torch.Tensor, td["action"]).numpy()
         self.in_flight += len(indices)
         for i in indices:
-            self._loop.call_later(LATENCY, self._finish, i)
+            self._start(i)
+
+    def _start(self, i: int) -> None:
+        self._loop.call_later(LATENCY, self._finish, i)
 
 
-async def reference_row(n: int, window: Window, max_get: int | None = None) -> Row:
-    """The overlapped loop of ``pool_row`` over a :class:`TimerPool`."""
-    pool = TimerPool(n)
-    pool.send(TensorDict(action=torch.zeros(n, dtype=torch.int64), env_index=torch.arange(n), batch_size=[n]))
+class ThreadTimerPool(TimerPool):
+    """:class:`TimerPool` whose waits are ``time.sleep(L)`` jobs on ``threads`` (a
+    ``ThreadPoolExecutor(N)``), each job's end handed to the loop with
+    ``call_soon_threadsafe``, as the thread executor hands over an env's step: what routing
+    every step through the event loop costs with threads, with no pool. The bare
+    ``ThreadPoolExecutor`` row re-submits each job from its worker thread instead, which a
+    trainer cannot do: the next action comes from the loop."""
 
-    async def advance() -> int:
-        out = await pool.recv(max_get)
-        pool.send(out.select("action", "env_index"))
-        return out.batch_size[0]
+    def __init__(self, n: int, threads: concurrent.futures.ThreadPoolExecutor) -> None:
+        super().__init__(n)
+        self._threads = threads
+        self._ended: collections.deque[int] = collections.deque()
+        self._wake_pending = False  # one call_soon_threadsafe per burst of ends, as the executor
 
-    steps, wall, cpu = await window.measure(advance)
-    while pool.in_flight:  # no timer of this row fires in the next one
-        await pool.recv(None)
-    system = "reference: timers, no pool" + (f", max_get={max_get}" if max_get is not None else "")
-    return make_row(system, "inline", n, steps, wall, cpu)
+    def _start(self, i: int) -> None:
+        self._threads.submit(time.sleep, LATENCY).add_done_callback(lambda _: self._end(i))
+
+    def _end(self, i: int) -> None:
+        self._ended.append(i)
+        if not self._wake_pending:
+            self._wake_pending = True
+            try:
+                self._loop.call_soon_threadsafe(self._hand_over)
+            except RuntimeError:  # the loop closed
+                pass
+
+    def _hand_over(self) -> None:
+        self._wake_pending = False
+        ended = self._ended
+        while ended:
+            self._finish(ended.popleft())
+
+
+def _batch_policy() -> None:
+    """Run the calling thread under ``SCHED_BATCH`` where there is one, as the thread executor's."""
+    policy = getattr(os, "SCHED_BATCH", None)
+    if policy is not None:
+        try:
+            os.sched_setscheduler(0, policy, os.sched_param(0))
+        except OSError:
+            pass
+
+
+async def reference_row(n: int, window: Window, max_get: int | None = None, threads: bool = False) -> Row:
+    """The overlapped loop of ``pool_row`` over a :class:`TimerPool` (``threads``: a
+    :class:`ThreadTimerPool`)."""
+    # the threads under the thread executor's scheduling policy (SCHED_BATCH where Linux has it)
+    with concurrent.futures.ThreadPoolExecutor(n if threads else 1, initializer=_batch_policy) as executor:
+        pool = ThreadTimerPool(n, executor) if threads else TimerPool(n)
+        pool.send(
+            TensorDict(action=torch.zeros(n, dtype=torch.int64), env_index=torch.arange(n), batch_size=[n])
+        )
+
+        async def advance() -> int:
+            out = await pool.recv(max_get)
+            pool.send(out.select("action", "env_index"))
+            return out.batch_size[0]
+
+        steps, wall, cpu = await window.measure(advance)
+        while pool.in_flight:  # no timer (or job) of this row ends in the next one
+            await pool.recv(None)
+    kind = "threads, loop" if threads else "timers"
+    system = f"reference: {kind}, no pool" + (f", max_get={max_get}" if max_get is not None else "")
+    return make_row(system, "thread" if threads else "inline", n, steps, wall, cpu)
 
 
 async def bare_tasks_row(n: int, window: Window) -> Row:
@@ -361,6 +420,7 @@ async def run(window: Window, only: set[str] | None = None) -> list[Row]:
         references = []
         if executor == "thread":
             pools.append(await pool_row(executor, n, window, pinned=True))
+            references = [await reference_row(n, window, threads=True)]
         if executor == "inline":
             pools.append(await pool_row(executor, n, window, BOUNDED_GET))
             references = [await reference_row(n, window), await reference_row(n, window, BOUNDED_GET)]

@@ -1,10 +1,12 @@
-"""benchmarks/latency.py's reference rows: TimerPool, the no-pool stand-in the pool rows are
-compared with, answers every send once, in the pool's layout, within its max_get."""
+"""benchmarks/latency.py's reference rows: TimerPool and ThreadTimerPool, the no-pool stand-ins
+the pool rows are compared with, answer every send once, in the pool's layout, within max_get."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 
+import pytest
 import torch
 from tensordict import TensorDict
 
@@ -22,20 +24,22 @@ async def _pool_step() -> TensorDict:
         return await pool.async_step_recv(min_get=N)
 
 
-async def _reference_steps(max_get: int | None) -> list[TensorDict]:
-    reference = latency.TimerPool(N)
-    actions = torch.arange(N, dtype=torch.int64) * 10
-    reference.send(TensorDict(action=actions, env_index=torch.arange(N), batch_size=[N]))
-    outs = []
-    while reference.in_flight:
-        outs.append(await asyncio.wait_for(reference.recv(max_get), timeout=5))
+async def _reference_steps(max_get: int | None, threads: bool) -> list[TensorDict]:
+    with concurrent.futures.ThreadPoolExecutor(N) as executor:
+        reference = latency.ThreadTimerPool(N, executor) if threads else latency.TimerPool(N)
+        actions = torch.arange(N, dtype=torch.int64) * 10
+        reference.send(TensorDict(action=actions, env_index=torch.arange(N), batch_size=[N]))
+        outs = []
+        while reference.in_flight:
+            outs.append(await asyncio.wait_for(reference.recv(max_get), timeout=5))
     return outs
 
 
-def test_the_reference_answers_every_env_once_in_the_pools_layout() -> None:
+@pytest.mark.parametrize("threads", [False, True], ids=["timers", "threads"])
+def test_the_reference_answers_every_env_once_in_the_pools_layout(threads: bool) -> None:
     expected = asyncio.run(_pool_step())
     for max_get in (None, 4):
-        outs = asyncio.run(_reference_steps(max_get))
+        outs = asyncio.run(_reference_steps(max_get, threads))
         received = [i for out in outs for i in out["env_index"].tolist()]
         assert sorted(received) == list(range(N)), max_get
         for out in outs:
