@@ -7,8 +7,9 @@ when the receive takes the whole batch or flushes them: the envs' own steps plus
 runner's per-env work), the batch built from the buffers, and the rest of the receive.
 Beside it, in the same process: the same loop as one call a batch
 (``pool.step_and_maybe_reset``, the suite's "inline lockstep" row; on the inline executor
-it runs its command where it sends it), gymnasium's ``SyncVectorEnv`` and one env in a
-plain Python loop (the env's own cost).
+it runs its command where it sends it), gymnasium's ``SyncVectorEnv``, one env in a
+plain Python loop (the env's own cost), and the same envs in a loop with no pool that
+builds the same batches (``layout_loop_us``: what the pool's machinery is measured against).
 
     python benchmarks/hot_path.py [--num-envs 8] [--batches 3000] [--profile tottime]
 
@@ -30,6 +31,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from tensordict import TensorDict
 
 from aenvs import AsyncEnvPool
 
@@ -71,6 +73,55 @@ def sync_vector_us(n: int, batches: int) -> float:
         return best_of(3, run)
     finally:
         envs.close()
+
+
+def layout_loop_us(n: int, batches: int) -> float:
+    """Microseconds per batch of the least a loop can do to hand over what the pool's
+    ``step_and_maybe_reset`` does, with no pool: N CartPole envs stepped in a plain loop
+    (auto-reset), their results written into numpy rows (the scalars a column at a time),
+    and the batch built in TorchRL's
+    layout (the input with its action, "next", "env_index"; the next input with the reset
+    observations), by ``TensorDict._new_unsafe`` from copies of the rows. No checks, no
+    bookkeeping, no errors handled: what the pool's own machinery is measured against."""
+    envs = [gym.make("CartPole-v1") for _ in range(n)]
+    size, rows = torch.Size([n]), np.arange(n)
+    obs, following = np.zeros((n, 4), np.float32), np.zeros((n, 4), np.float32)
+    reward = np.zeros((n, 1), np.float32)
+    terminated, truncated = np.zeros((n, 1), bool), np.zeros((n, 1), bool)
+    for i, env in enumerate(envs):
+        following[i] = env.reset(seed=i)[0]
+    actions = [torch.randint(0, 2, (n,)) for _ in range(batches)]
+    new: Callable[[dict[str, Any], torch.Size], TensorDict] = TensorDict._new_unsafe  # pyright: ignore[reportPrivateUsage, reportAssignmentType]
+
+    def flags() -> torch.Tensor:
+        return torch.from_numpy(np.zeros((n, 1), bool))
+
+    def run() -> float:
+        td = new({"observation": torch.from_numpy(following.copy())}, size)
+        t0 = time.perf_counter()
+        for a in actions:
+            td["action"] = a
+            sent = td["action"].numpy()
+            rewards, terms, truncs = [], [], []  # a column each, written once a batch
+            for i, env in enumerate(envs):
+                o, r, term, trunc, _ = env.step(sent[i])
+                obs[i] = o
+                rewards.append(r)
+                terms.append(term)
+                truncs.append(trunc)
+                following[i] = env.reset()[0] if term or trunc else o
+            reward[:, 0], terminated[:, 0], truncated[:, 0] = rewards, terms, truncs
+            nxt = {"observation": obs.copy(), "reward": reward.copy(), "terminated": terminated.copy()}
+            nxt |= {"truncated": truncated.copy(), "done": terminated | truncated}
+            step = new({k: torch.from_numpy(v) for k, v in nxt.items()}, size)
+            index = torch.from_numpy(rows.copy())
+            _ = new({**td._tensordict, "next": step, "env_index": index}, size)  # pyright: ignore[reportPrivateUsage]
+            reset = {"observation": torch.from_numpy(following.copy()), "done": flags()}
+            reset |= {"terminated": flags(), "truncated": flags(), "env_index": torch.from_numpy(rows.copy())}
+            td = new(reset, size)
+        return (time.perf_counter() - t0) / batches * 1e6
+
+    return best_of(3, run)
 
 
 async def pool_parts(n: int, batches: int, copy_results: bool, profile: str | None) -> dict[str, float]:
@@ -180,11 +231,16 @@ def main() -> None:
     print(f"CartPole-v1, N = {n}, {batches} batches, best of 3; microseconds per batch")
     print(f"  one env in a plain loop: {env_us:.2f} us per step ({n} steps: {n * env_us:.1f})")
     print(f"  gymnasium SyncVectorEnv: {sync_us:.1f}")
+    layout_us = layout_loop_us(n, batches)
+    print(
+        f"  no pool, the same loop in the pool's layout: {layout_us:.1f} ({sync_us / layout_us:.2f}x SyncVectorEnv)"
+    )
     whole = asyncio.run(whole_call_us(n, batches, args.profile))
     own = whole - n * env_us
     print(
         f"  aenvs inline, step_and_maybe_reset: {whole:.1f} ({sync_us / whole:.2f}x SyncVectorEnv; "
-        f"the pool's own {own:.1f} per batch, {own / n:.2f} per env step)"
+        f"the pool's own {own:.1f} per batch, {own / n:.2f} per env step; "
+        f"{whole - layout_us:.1f} over the no-pool loop)"
     )
     modes = (True, False) if "copy_results" in inspect.signature(AsyncEnvPool).parameters else (True,)
     for copy_results in modes:
