@@ -80,8 +80,8 @@ def gather_dense(
         tensors = [leaves[key] for leaves in layouts]
         sent = action_rows.get(path)
         if sent is not None and all(t.is_cpu and not t.requires_grad for t in tensors):
-            rows, items = sent
-            value = from_numpy(rows.copy() if env_rows is None else pick_rows(rows, env_rows, items))
+            array, items = sent
+            value = from_numpy(array.copy() if env_rows is None else pick_rows(array, env_rows, items))
         else:
             places = places or _places(inputs)
             value = _gather_leaf(tensors, *places, len(inputs))
