@@ -64,14 +64,14 @@ async def test_held_commands_count_as_sent(make_pool, tmp_path) -> None:
 
 
 async def test_timeouts_count_from_the_dispatch(make_pool) -> None:
-    # one at a time, 6 steps of 50 ms take 300 ms from the send; each one 50 ms from its dispatch
-    pool = await make_pool(
-        echo_env_fns(6, asynchronous=True, delay=0.05), max_concurrency=1, step_timeout=0.2
-    )
+    # one at a time, 8 steps of 100 ms take 800 ms from the send, past the 600 ms timeout of
+    # the last two; each one 100 ms from its dispatch (a Ray call slowed by a busy machine
+    # has 500 ms to spare)
+    pool = await make_pool(echo_env_fns(8, asynchronous=True, delay=0.1), max_concurrency=1, step_timeout=0.6)
     await pool.reset()
-    out = await pool.step(actions([1] * 6))
-    assert out["next", "observation"][:, 2].tolist() == [1.0] * 6
-    assert pool.stats().timeouts == [0] * 6
+    out = await pool.step(actions([1] * 8))
+    assert out["next", "observation"][:, 2].tolist() == [1.0] * 8
+    assert pool.stats().timeouts == [0] * 8
 
 
 async def test_rate_limit_bounds_the_dispatch_rate(make_pool) -> None:
