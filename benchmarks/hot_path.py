@@ -79,10 +79,10 @@ def layout_loop_us(n: int, batches: int) -> float:
     """Microseconds per batch of the least a loop can do to hand over what the pool's
     ``step_and_maybe_reset`` does, with no pool: N CartPole envs stepped in a plain loop
     (auto-reset), their results written into numpy rows (the scalars a column at a time),
-    and the batch built in TorchRL's
-    layout (the input with its action, "next", "env_index"; the next input with the reset
-    observations), by ``TensorDict._new_unsafe`` from copies of the rows. No checks, no
-    bookkeeping, no errors handled: what the pool's own machinery is measured against."""
+    and the batch built in TorchRL's layout (the input with its action, "next",
+    "env_index"; the next input with the reset observations), by ``TensorDict._new_unsafe``
+    from copies of the rows. No checks, no bookkeeping, no errors handled: what the pool's
+    own machinery is measured against."""
     envs = [gym.make("CartPole-v1") for _ in range(n)]
     size, rows = torch.Size([n]), np.arange(n)
     obs, following = np.zeros((n, 4), np.float32), np.zeros((n, 4), np.float32)
@@ -121,7 +121,11 @@ def layout_loop_us(n: int, batches: int) -> float:
             td = new(reset, size)
         return (time.perf_counter() - t0) / batches * 1e6
 
-    return best_of(3, run)
+    try:
+        return best_of(3, run)
+    finally:
+        for env in envs:
+            env.close()
 
 
 async def pool_parts(n: int, batches: int, copy_results: bool, profile: str | None) -> dict[str, float]:

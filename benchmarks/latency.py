@@ -16,8 +16,9 @@ both loops over a reference that does the least any pool could (``TimerPool``: o
 env started by the send, one TensorDict per receive): what the loop's shape itself costs on
 this machine; the thread rows the same loop over ``time.sleep(L)`` jobs on a
 ``ThreadPoolExecutor(N)`` whose ends reach the loop with ``call_soon_threadsafe``
-(``ThreadTimerPool``): what routing every step through the loop costs with threads. If gymnasium is installed, its ``AsyncVectorEnv`` (lockstep ``step_async`` /
-``step_wait``) on a ``time.sleep(L)`` env at N=64 is a peer row.
+(``ThreadTimerPool``): what routing every step through the loop costs with threads. If
+gymnasium is installed, its ``AsyncVectorEnv`` (lockstep ``step_async`` / ``step_wait``) on
+a ``time.sleep(L)`` env at N=64 is a peer row.
 
 Every row is measured for ``--duration`` seconds after a ``--warmup`` (0.5 s) warm-up. Columns printed:
 
@@ -46,6 +47,7 @@ import argparse
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import gc
 import json
 import os
@@ -292,8 +294,9 @@ async def reference_row(n: int, window: Window, max_get: int | None = None, thre
     """The overlapped loop of ``pool_row`` over a :class:`TimerPool` (``threads``: a
     :class:`ThreadTimerPool`)."""
     # the threads under the thread executor's scheduling policy (SCHED_BATCH where Linux has it)
-    with concurrent.futures.ThreadPoolExecutor(n if threads else 1, initializer=_batch_policy) as executor:
-        pool = ThreadTimerPool(n, executor) if threads else TimerPool(n)
+    executor = concurrent.futures.ThreadPoolExecutor(n, initializer=_batch_policy) if threads else None
+    with executor or contextlib.nullcontext():
+        pool = TimerPool(n) if executor is None else ThreadTimerPool(n, executor)
         pool.send(
             TensorDict(action=torch.zeros(n, dtype=torch.int64), env_index=torch.arange(n), batch_size=[n])
         )
