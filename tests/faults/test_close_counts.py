@@ -109,7 +109,7 @@ async def test_step_timeout(executor: str, on_error: OnError, tmp_path: Path) ->
             fns,
             executor=executor,
             envs_per_worker=1,
-            step_timeout=0.3,
+            step_timeout=0.5,  # the other env's step within it, on a loaded machine too
             on_error=on_error,
             restart_backoff=0,
             close_timeout=0.5,

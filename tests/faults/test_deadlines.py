@@ -118,11 +118,11 @@ async def test_a_step_sent_after_the_episode_deadline_is_not_run(
     make_pool, executor: str, on_timeout: str
 ) -> None:
     fns = hanging_env_fns(3, {}, "", asynchronous=False)
-    pool = await make_pool(fns, envs_per_worker=1, episode_timeout=0.3, on_timeout=on_timeout)
+    pool = await make_pool(fns, envs_per_worker=1, episode_timeout=EPISODE_TIMEOUT, on_timeout=on_timeout)
     await pool.reset()
     since = time.perf_counter()
     td = step_mdp(await pool.step(actions(3)))
-    await past_deadline(since, 0.3)  # every episode is over while the envs wait for the caller
+    await past_deadline(since, EPISODE_TIMEOUT)  # every episode is over while the envs wait for the caller
     await pool.reset(env_index=[1])  # env 1 starts a new one
     if on_timeout == "raise":
         await pool.async_step_send(actions(2, env_index=[0, 1]))
