@@ -143,7 +143,6 @@ class LocalRay:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir = None
             os.environ.pop("RAY_TMPDIR", None)
-        assert not lingering, f"processes still alive past their deadline: {lingering}"
         if self._zygote is not None:
             self._zygote.kill()
             self._zygote.wait()
@@ -154,6 +153,8 @@ class LocalRay:
             shutil.rmtree(self._zygote_dir, ignore_errors=True)
             self._zygote_dir = None
         os.environ.pop(ray_zygote.SOCKET_ENV_VAR, None)
+        # after the cleanup: a failed check must not leave the zygote or its directory behind
+        assert not lingering, f"processes still alive past their deadline: {lingering}"
 
 
 def actors_left(wait: float = 0.0) -> list[str]:
