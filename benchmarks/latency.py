@@ -68,7 +68,9 @@ from tensordict import TensorDict, TensorDictBase
 
 import aenvs
 from aenvs import AsyncEnvPool, Env
+from aenvs._rows import pick_rows
 from aenvs.executors import ThreadExecutor
+from aenvs.executors._thread import _yield_to_the_loop as yield_to_the_loop  # pyright: ignore[reportPrivateUsage]
 
 LATENCY = 0.010  # L: seconds per env step
 WARMUP = 0.5  # seconds run before each measured window
@@ -224,13 +226,11 @@ class TimerPool:
         ready, self._ready = sorted(self._ready[:take]), self._ready[take:]
         self.in_flight -= len(ready)
         rows = np.array(ready)
-        # the rows by a mask (compress), not take: numpy's take lets go of the GIL, which env
-        # threads then hold while the loop waits (docs/performance.md)
-        mask = np.zeros(len(self._action), bool)
-        mask[rows] = True
-        nxt = {key: torch.from_numpy(values.compress(mask, 0)) for key, values in self._next.items()}
+        # rows picked as the pool picks them, holding the GIL (numpy's take lets go of it,
+        # which waiting threads then hold while the loop waits: docs/performance.md)
+        nxt = {key: torch.from_numpy(pick_rows(values, rows)) for key, values in self._next.items()}
         return TensorDict(
-            action=torch.from_numpy(self._action.compress(mask)),
+            action=torch.from_numpy(pick_rows(self._action, rows)),
             next=TensorDict(nxt, batch_size=[len(ready)]),
             env_index=torch.from_numpy(rows),
             batch_size=[len(ready)],
@@ -280,21 +280,11 @@ class ThreadTimerPool(TimerPool):
             self._finish(ended.popleft())
 
 
-def _batch_policy() -> None:
-    """Run the calling thread under ``SCHED_BATCH`` where there is one, as the thread executor's."""
-    policy = getattr(os, "SCHED_BATCH", None)
-    if policy is not None:
-        try:
-            os.sched_setscheduler(0, policy, os.sched_param(0))
-        except OSError:
-            pass
-
-
 async def reference_row(n: int, window: Window, max_get: int | None = None, threads: bool = False) -> Row:
     """The overlapped loop of ``pool_row`` over a :class:`TimerPool` (``threads``: a
     :class:`ThreadTimerPool`)."""
     # the threads under the thread executor's scheduling policy (SCHED_BATCH where Linux has it)
-    executor = concurrent.futures.ThreadPoolExecutor(n, initializer=_batch_policy) if threads else None
+    executor = concurrent.futures.ThreadPoolExecutor(n, initializer=yield_to_the_loop) if threads else None
     with executor or contextlib.nullcontext():
         pool = TimerPool(n) if executor is None else ThreadTimerPool(n, executor)
         pool.send(
