@@ -9,7 +9,9 @@ Beside it, in the same process: the same loop as one call a batch
 (``pool.step_and_maybe_reset``, the suite's "inline lockstep" row; on the inline executor
 it runs its command where it sends it), gymnasium's ``SyncVectorEnv``, one env in a
 plain Python loop (the env's own cost), and the same envs in a loop with no pool that
-builds the same batches (``layout_loop_us``: what the pool's machinery is measured against).
+builds the same batches (``layout_loop_us``: what the pool's machinery is measured against),
+and the pool's own runner and batch called directly with nothing around them
+(``parts_alone_us``: the floor of any pool built from those pieces).
 
     python benchmarks/hot_path.py [--num-envs 8] [--batches 3000] [--profile tottime]
 
@@ -34,6 +36,7 @@ import torch
 from tensordict import TensorDict
 
 from aenvs import AsyncEnvPool
+from aenvs._commands import Command, CommandKind
 
 
 def best_of(repeats: int, run: Callable[[], float]) -> float:
@@ -220,6 +223,47 @@ async def whole_call_us(n: int, batches: int, profile: str | None) -> float:
         return best
 
 
+async def parts_alone_us(n: int, batches: int) -> dict[str, float] | None:
+    """Microseconds per batch of the pool's own pieces of a lockstep step-and-reset called
+    directly, with nothing around them (no send or receive, no slot table, no calls between
+    them): the runner's pass over the N envs, then with the batch built from the rows, then
+    with the actions checked and written too. What the pool costs with all of its machinery
+    but those pieces taken away: the floor of any pool built from them.
+
+    None where the pool has no such pieces to call (aenvs before 2026-11-25).
+    """
+    async with AsyncEnvPool(["CartPole-v1"] * n, executor="inline") as pool:
+        td = await pool.reset(seed=0)
+        runner: Any = getattr(pool.executor, "_runner", None)
+        batcher: Any = pool._batcher  # pyright: ignore[reportPrivateUsage]
+        if runner is None or not hasattr(runner, "run_plain") or not hasattr(batcher, "step_and_reset_whole"):
+            return None
+        indices = list(range(n))
+        command = Command(CommandKind.STEP_AND_RESET, indices)
+        actions = [torch.randint(0, 2, (n,)) for _ in range(batches)]
+
+        def one_pass(batch: bool, write: bool) -> float:
+            t0 = time.perf_counter()
+            for a in actions:
+                td["action"] = a
+                if write:
+                    batcher.write_actions(td, indices, batcher.check_actions(td, indices))
+                runner.run_plain(command, True, packed=True)
+                if batch:
+                    batcher.step_and_reset_whole(td)
+            return (time.perf_counter() - t0) / batches * 1e6
+
+        # the actions written once: the passes without the write step the envs with them
+        td["action"] = actions[0]
+        batcher.write_actions(td, indices, batcher.check_actions(td, indices))
+        one_pass(True, True)  # warm-up
+        return {
+            "the runner": best_of(3, lambda: one_pass(False, False)),
+            "+ the batch": best_of(3, lambda: one_pass(True, False)),
+            "+ the actions checked and written": best_of(3, lambda: one_pass(True, True)),
+        }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -239,6 +283,12 @@ def main() -> None:
     print(
         f"  no pool, the same loop in the pool's layout: {layout_us:.1f} ({sync_us / layout_us:.2f}x SyncVectorEnv)"
     )
+    alone = asyncio.run(parts_alone_us(n, batches))
+    if alone is not None:
+        print(
+            "  the pool's runner and batch alone, no pool around them: "
+            + ", ".join(f"{key} {us:.1f} ({sync_us / us:.2f}x)" for key, us in alone.items())
+        )
     whole = asyncio.run(whole_call_us(n, batches, args.profile))
     own = whole - n * env_us
     print(
