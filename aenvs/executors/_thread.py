@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import os
 import queue
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -333,7 +334,13 @@ class ThreadExecutor(WorkerGroupExecutor[_Worker]):
 
     def kill(self) -> None:
         # Threads cannot be killed: a thread stuck in an env is a daemon, abandoned here.
-        self._stop_threads()
+        if sys.is_finalizing():
+            # A daemon thread that held a worker's lock when the interpreter began to exit
+            # is stopped for good where it next waits for the GIL, the lock still held: a
+            # pool dropped until then (its __del__ runs now) must not wait for that lock.
+            self._stopping = True
+        else:
+            self._stop_threads()
         self._workers = []
 
     def _stop_threads(self) -> None:

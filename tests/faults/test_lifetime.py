@@ -93,6 +93,28 @@ def test_dropped_pool_does_not_hang_interpreter_exit(executor: str, loop: str, t
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_thread_pool_dropped_while_a_worker_lock_is_held_lets_the_interpreter_exit(loop: str) -> None:
+    # A daemon thread that holds a worker's lock when the interpreter begins to exit (it
+    # was answering) is stopped there for good, the lock held; the dropped pool's __del__
+    # runs after that. The lock taken here and never released stands for it.
+    body = """
+    async def main():
+        pool = AsyncEnvPool(faulty_env_fns(2, {}), executor="thread", envs_per_worker=1)
+        await pool.start()
+        await pool.reset()
+        return pool                                   # dropped, never closed
+    keep = run(main())
+    keep.executor._workers[0].lock.acquire()
+    print("held", flush=True)
+    """
+    result = subprocess.run(
+        _python(body, loop), capture_output=True, text=True, timeout=WAIT * 2, env=_env("thread")
+    )
+    assert result.stdout.split() == ["held"], result.stderr
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 @applies_to("process", "ray")  # threads and coroutines die with the process by definition
 def test_killed_parent_leaves_no_worker_and_no_shared_memory(executor: str, loop: str, tmp_path) -> None:
     before = shm_entries()
