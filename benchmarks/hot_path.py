@@ -133,7 +133,7 @@ def layout_loop_us(n: int, batches: int) -> float:
 
 async def pool_parts(n: int, batches: int, copy_results: bool, profile: str | None) -> dict[str, float]:
     """Microseconds per batch of the pool's loop, whole and by part (best of 3 passes)."""
-    options = {} if copy_results else {"copy_results": False}  # the default: also for older aenvs
+    options: dict[str, Any] = {} if copy_results else {"copy_results": False}  # also for older aenvs
     async with AsyncEnvPool(["CartPole-v1"] * n, executor="inline", **options) as pool:
         td = await pool.reset(seed=0)
         actions = [torch.randint(0, 2, (n,)) for _ in range(batches)]

@@ -214,7 +214,7 @@ def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
 
 def on_post_build(config: Any) -> None:
     root = Path(config["config_file_path"]).parent
-    package = griffe.load("aenvs", search_paths=[str(root)], resolve_aliases=False)
+    package = griffe.load("aenvs", search_paths=[str(root / "src")], resolve_aliases=False)
     assert isinstance(package, griffe.Module)
     for module_path in PUBLIC_MODULES:
         module = package if module_path == "aenvs" else package[module_path.removeprefix("aenvs.")]

@@ -146,7 +146,7 @@ def test_benchmark_scripts_live_beside_the_package(name: str) -> None:
 
 
 def test_the_wheel_holds_the_library_only() -> None:
-    """pyproject finds the packages under aenvs/ (whatever modules they hold), and only those:
+    """pyproject finds the packages under src/aenvs/ (whatever modules they hold), and only those:
     neither the benchmarks nor the tests nor the examples are in the wheel."""
     import tomllib
     from pathlib import Path
@@ -155,9 +155,9 @@ def test_the_wheel_holds_the_library_only() -> None:
 
     root = Path(__file__).resolve().parents[2]
     config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert "packages" in config and "package-dir" not in config
     find = config["packages"]["find"]
-    packages = find_packages(str(root), include=find["include"])
+    assert find["where"] == ["src"]
+    packages = find_packages(str(root / "src"), include=find["include"])
     assert "aenvs" in packages and "aenvs.executors" in packages
     assert all(p == "aenvs" or p.startswith("aenvs.") for p in packages), packages
 

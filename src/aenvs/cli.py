@@ -355,7 +355,7 @@ def _checkout() -> Path | None:
     """The checkout of aenvs whose ``benchmarks/`` suite ``aenvs bench`` runs: the one this
     aenvs is imported from (an editable install), else the current folder or one above it;
     None outside a checkout (an aenvs installed from a wheel, run elsewhere)."""
-    here = Path(aenvs.__file__).resolve().parents[1]
+    here = Path(aenvs.__file__).resolve().parents[2]
     cwd = Path.cwd().resolve()
     for root in (here, cwd, *cwd.parents):
         suite = root / "benchmarks" / "harness" / "__init__.py"
