@@ -21,13 +21,14 @@ __all__ = ["SUITE", "Benchmark", "BenchmarkRun", "Plot", "run_suite"]
 
 @dataclass(frozen=True)
 class Plot:
-    """One PNG of a benchmark's rows: ``y`` against ``x`` on log axes, one line per ``series``.
+    """One PNG of a benchmark's rows: ``y`` against ``x`` (log 2), one line per ``series``.
 
-    Series whose name starts with ``"aenvs"`` are drawn solid, the peers and references
-    dashed, each in the same colour in every panel.
+    ``where`` keeps the rows whose fields have those values (one figure per workload);
+    ``labels`` renames series for the legend. Rows that all share one x value are drawn
+    as bars. Each system is drawn alike in every plot (``benchmarks/harness/plots.py``).
 
     Example:
-        >>> Plot("latency.png", "N envs of 10 ms", x="n", y="steps_per_s", ideal="ideal")
+        >>> Plot("latency.png", "N envs of 10 ms", y="percent_of_ideal", ylog=False)
     """
 
     file: str
@@ -35,10 +36,12 @@ class Plot:
     x: str = "n"
     y: str = "steps_per_s"
     series: str = "system"
-    panels: str | None = None  # one subplot per value of this field (e.g. "workload")
-    ideal: str | None = None  # a field holding the ideal y at each x, drawn as a dashed black line
+    where: Mapping[str, Any] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    ideal: str | None = None  # a field holding the ideal y at each x, drawn as a dotted black line
     xlabel: str = "N envs"
     ylabel: str = "env steps/s"
+    ylog: bool = True
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,15 @@ SUITE: tuple[Benchmark, ...] = (
         "Latency: N envs whose step takes 10 ms, overlapped loop, against the ideal N/L",
         full={"duration": 2.0},
         quick={"duration": 0.3},
-        plots=(Plot("latency.png", "N envs whose step takes 10 ms (uvloop)", ideal="ideal"),),
+        plots=(
+            Plot(
+                "latency.png",
+                "N envs whose step takes 10 ms (uvloop)",
+                y="percent_of_ideal",
+                ylabel="% of the ideal N / 10 ms",
+                ylog=False,
+            ),
+        ),
         timeout=300,
     ),
     Benchmark(
@@ -97,7 +108,12 @@ SUITE: tuple[Benchmark, ...] = (
         "Throughput: random actions with auto-reset, aenvs against gymnasium, EnvPool and TorchRL",
         full={"duration": 1.0, "warmup": 0.3, "attempts": 1},
         quick={"duration": 0.3, "warmup": 0.1, "sizes": (8,), "attempts": 1},
-        plots=(Plot("throughput.png", "Random actions, auto-reset", panels="workload"),),
+        plots=(
+            Plot("throughput-cartpole.png", "CartPole-v1, random actions", where={"workload": "cartpole"}),
+            Plot("throughput-cpu.png", "About 1 ms of numpy a step", where={"workload": "cpu"}),
+            Plot("throughput-pixels.png", "4x84x84 uint8 observations", where={"workload": "pixels"}),
+            Plot("throughput-vector.png", "gymnasium vector API, CartPole-v1", where={"workload": "vector"}),
+        ),
         timeout=480,
     ),
     Benchmark(
@@ -128,7 +144,13 @@ SUITE: tuple[Benchmark, ...] = (
             "carry_n": 8,
             "async_n": 64,
         },
-        plots=(Plot("text_envs.png", "Text observations and actions", panels="workload"),),
+        plots=(
+            Plot("text_envs.png", "Text observations and actions", where={"workload": "text"}),
+            Plot("text_envs-carry.png", "Observation kinds, text actions", where={"workload": "carry"}),
+            Plot(
+                "text_envs-async.png", "Coroutine envs: text or int observations", where={"workload": "async"}
+            ),
+        ),
         timeout=300,
     ),
     Benchmark(
@@ -142,7 +164,18 @@ SUITE: tuple[Benchmark, ...] = (
                 "Slow text envs, a batched policy server",
                 y="share",
                 series="shape",
+                labels={
+                    "collect": "aenvs.collect",
+                    "server": "aenvs.collect over aenvs.serve",
+                    "aenvs": "aenvs, hand-written overlapped loop",
+                    "lockstep": "lockstep batches",
+                    "per-request": "a policy call per request",
+                    "flush": "batcher: 64 requests or 2 ms",
+                    "threads": "blocking envs on 256 threads",
+                    "slot": "batch when a server slot frees",
+                },
                 ylabel="share of the bound",
+                ylog=False,
             ),
         ),
         timeout=600,
@@ -154,7 +187,24 @@ SUITE: tuple[Benchmark, ...] = (
         full={"duration": 1.0},  # N = 8 and 64, 1 s a row: about a minute of the suite's ten
         quick={"quick": True},
         requires=("ray",),
-        plots=(Plot("remote.png", "Ray executor", panels="workload"),),
+        plots=(
+            Plot(
+                "remote-latency.png",
+                "10 ms envs, one machine's Ray",
+                y="percent_of_ideal",
+                where={"workload": "latency"},
+                ylabel="% of the ideal N / 10 ms",
+                ylog=False,
+            ),
+            Plot(
+                "remote-cpu.png",
+                "About 1 ms of numpy a step, one machine's Ray",
+                y="percent_of_ideal",
+                where={"workload": "cpu"},
+                ylabel="% of the 2 cores' bound",
+                ylog=False,
+            ),
+        ),
         timeout=300,
     ),
 )

@@ -12,14 +12,23 @@ class Row:
     n: int
     steps_per_s: float
     ideal: float
+    percent_of_ideal: float
 
 
 def measure(sizes: list[int], rate: float = 100.0) -> list[object]:
     """Rows for two systems at each N, plus a row of another kind (shown in a table only)."""
     rows: list[object] = []
     for n in sizes:
-        rows.append(Row("aenvs thread", n, rate * n, 2 * rate * n))
-        rows.append({"system": "a peer", "n": n, "steps_per_s": rate * n / 2, "ideal": 2 * rate * n})
+        rows.append(Row("aenvs thread", n, rate * n, 2 * rate * n, 50.0))
+        rows.append(
+            {
+                "system": "a peer",
+                "n": n,
+                "steps_per_s": rate * n / 2,
+                "ideal": 2 * rate * n,
+                "percent_of_ideal": 25.0,
+            }
+        )
         print(f"measured N={n}", flush=True)
     rows.append({"system": "aenvs process (cold zygote)", "seconds": 0.25, "worker_uss_mb": [6.0, 6.5]})
     return rows

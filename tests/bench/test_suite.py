@@ -113,8 +113,50 @@ def test_plots_leave_out_rows_without_their_fields(tmp_path) -> None:
     assert not draw(Plot("none.png", "Nothing to draw"), rows, tmp_path / "none.png")
     assert not (tmp_path / "none.png").exists()
     rows += [{"system": "aenvs thread", "n": 8, "steps_per_s": 900.0, "workload": "cpu"}]
-    assert draw(Plot("one.png", "One point", panels="workload"), rows, tmp_path / "one.png")
+    assert not draw(Plot("no.png", "Another workload", where={"workload": "text"}), rows, tmp_path / "no.png")
+    assert draw(Plot("one.png", "One point", where={"workload": "cpu"}), rows, tmp_path / "one.png")
     assert (tmp_path / "one.png").read_bytes().startswith(PNG)
+
+
+def test_plots_draw_each_system_alike_everywhere_and_no_two_series_alike(monkeypatch, tmp_path) -> None:
+    """Over the committed suite run's plots: every series of a figure has its own colour,
+    marker and line; a system has one colour in every figure; aenvs's colours are its own;
+    a plot of one x value is bars."""
+    from pathlib import Path
+
+    from matplotlib.figure import Figure
+
+    from benchmarks.harness import SUITE
+    from benchmarks.harness.plots import draw
+
+    figures: list[tuple[str, Figure]] = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, path, **_: figures.append((Path(path).name, self)))
+    runs, _ = load_results(Path(__file__).resolve().parents[2] / "docs" / "bench" / "results.json")
+    rows = {run.benchmark.name: run.rows for run in runs}
+    for benchmark in SUITE:
+        for plot in benchmark.plots:
+            assert draw(plot, rows[benchmark.name], tmp_path / plot.file), plot.file
+    assert len(figures) == sum(len(b.plots) for b in SUITE)
+
+    colour_of: dict[str, set[str]] = {}
+    for name, figure in figures:
+        (ax,) = figure.axes
+        lines = [line for line in ax.get_lines() if not str(line.get_label()).startswith("_")]
+        if not lines:  # bars: one per series, each named on the axis
+            assert ax.patches and len(ax.patches) == len(ax.get_yticklabels()), name
+            continue
+        looks = [(line.get_color(), line.get_marker(), line.get_linestyle()) for line in lines]
+        assert len(set(looks)) == len(looks), (name, [line.get_label() for line in lines])
+        for line in lines:  # aenvs and the peers (the references are greys of each plot's own)
+            system = str(line.get_label()).split(",")[0].split(" (")[0]
+            if system.startswith(("aenvs", "gymnasium", "torchrl", "envpool", "naive ray")):
+                colour_of.setdefault(system, set()).add(str(line.get_color()))
+    assert all(len(colours) == 1 for colours in colour_of.values()), colour_of
+    ours = {c for system, (c,) in colour_of.items() if system.startswith("aenvs")}
+    theirs = {c for system, (c,) in colour_of.items() if not system.startswith("aenvs")}
+    assert ours and theirs and not ours & theirs
+    gymnasium = {c for system, (c,) in colour_of.items() if system.startswith("gymnasium")}
+    assert len(gymnasium) == 1
 
 
 def test_cli_lists_the_suite_and_refuses_unknown_names(capsys) -> None:
@@ -193,5 +235,13 @@ def test_the_suites_benchmarks_follow_the_protocol(tmp_path) -> None:
     for run in run_suite(suite, out_dir=tmp_path, quick=True, progress=False):
         log = (tmp_path / f"{run.benchmark.name}.log").read_text()
         assert run.ok, f"{run.benchmark.name}: {run.failed}\n{log}"
-        for plot in run.benchmark.plots:
-            assert draw(plot, run.rows, tmp_path / plot.file), (run.benchmark.name, plot.file, run.rows[:2])
+        drawn = 0
+        for plot in run.benchmark.plots:  # each plot whose workload was measured draws
+            if any(all(row.get(k) == v for k, v in plot.where.items()) for row in run.rows):
+                assert draw(plot, run.rows, tmp_path / plot.file), (
+                    run.benchmark.name,
+                    plot.file,
+                    run.rows[:2],
+                )
+                drawn += 1
+        assert drawn, run.benchmark.name
