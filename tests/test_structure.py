@@ -17,6 +17,7 @@ PUBLIC_MODULES = {
     "aenvs",
     "aenvs.executors",
     "aenvs.gymnasium",
+    "aenvs.sb3",
     "aenvs.testing",
     "aenvs.torchrl",
     "aenvs.cli",

@@ -30,7 +30,14 @@ log = logging.getLogger("mkdocs.plugins.aenvs_api")
 
 # The modules whose __all__ is the public API (aenvs.cli is the console script: its
 # commands are documented as a guide page, not as an API).
-PUBLIC_MODULES = ("aenvs", "aenvs.executors", "aenvs.gymnasium", "aenvs.torchrl", "aenvs.testing")
+PUBLIC_MODULES = (
+    "aenvs",
+    "aenvs.executors",
+    "aenvs.gymnasium",
+    "aenvs.sb3",
+    "aenvs.torchrl",
+    "aenvs.testing",
+)
 
 EXAMPLE = re.compile(r"^Example:[ \t]*$", re.MULTILINE)  # griffe reads only "Examples:" as a section
 ROLE = re.compile(r":(?:py:)?(class|func|meth|mod|data|attr|exc|obj|const):`(~?)([^`<]*?)(?:\s*<([^`>]+)>)?`")
