@@ -19,7 +19,13 @@ __all__ = ["Env", "EnvContext", "EnvState"]
 
 @dataclass(frozen=True, slots=True)
 class EnvContext:
-    """Where an env lives in its pool; given to env factories that take an argument.
+    """Where an env lives in its pool; given to the env factories that ask for it.
+
+    A factory asks with a parameter annotated ``EnvContext`` (``EnvContext | None`` too),
+    or one named ``ctx`` or ``context`` (with a default or not: ``def make(ctx=None)``), or
+    with exactly one positional parameter that has no default (``lambda c: ...``). Any other
+    factory is called with no argument: ``def make(seed=0)`` keeps its default, and
+    ``functools.partial(gymnasium.make, "CartPole-v1")`` is never given a context.
 
     Example:
         >>> import gymnasium

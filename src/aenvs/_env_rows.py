@@ -4,7 +4,8 @@ and the rows of every env a runner hosts as columns, when they are one run of ro
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import reprlib
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -45,6 +46,11 @@ class EnvSlot:
     # an env with a batch shape of its own: its reset of the sub-envs that ended, else None
     autoreset: Any = None
     closed: bool = False  # its adapter's close ran (or was started): never again
+    # the kind of env it is while no env of its kind has reset and stepped yet: its resets and
+    # steps take the build lock (aenvs._adapters.first_use), not the array path; None after
+    env_kind: Hashable | None = None
+    # its observation's Text parts by key (their values must be str), None if it has none
+    texts: Mapping[Key, Any] | None = None
 
     def close(self) -> Any:
         """Start closing the env once: what its ``close`` returned (awaitable for an async env),
@@ -53,6 +59,34 @@ class EnvSlot:
             return None
         self.closed = True
         return self.adapter.close()
+
+    def write_items(self, part: dict[Key, np.ndarray], items: list[tuple[Key, Any]]) -> dict[Key, Any] | None:
+        """Write a result's entries into their rows of ``part`` (the env's reset or step rows);
+        return those without a row (text, token lists, infos...), or None. An entry whose
+        shape is not its space's, or a text observation that is not a str, raises."""
+        extras: dict[Key, Any] | None = None
+        texts = self.texts
+        for key, value in items:
+            view = part.get(key)
+            if view is None:
+                if texts is not None and key in texts and not isinstance(value, str):
+                    # its length and charset: the pool's checks (check_finite), where they are on
+                    raise TypeError(
+                        f"the env returned {reprlib.repr(value)} ({type(value).__name__}) as "
+                        f"{'.'.join(key)!r}, but its space {texts[key]} holds a str"
+                    )
+                if extras is None:
+                    extras = {}
+                extras[key] = value
+                continue
+            shape = value.shape if type(value) is np.ndarray else np.shape(value)
+            if shape != view.shape:
+                raise ValueError(
+                    f"the env returned {'.'.join(key)!r} with shape {tuple(shape)}, "
+                    f"but its space says {tuple(view.shape)}"
+                )
+            view[...] = value
+        return extras
 
     def write_scalars(self, reward: float, terminated: bool, truncated: bool, done: bool) -> None:
         """A step's reward and flags, into their rows."""
@@ -74,7 +108,7 @@ class EnvSlot:
         self.plain_name = getattr(self.adapter, "plain_observation", None)
         self.plain_row = None if self.plain_name is None else step[(self.plain_name,)]
         array_key: Key | None = getattr(self.adapter, "array_observation", None)
-        if array_key is not None and array_key in step:
+        if array_key is not None and array_key in step and self.env_kind is None:
             self.env_step, self.array_row = self.adapter.env.step, step[array_key]
             self.read_action = self.adapter.action_reader(rows.action)
         else:

@@ -20,37 +20,12 @@ import torch
 from gymnasium import spaces
 from tensordict import NonTensorData, NonTensorStack, TensorDictBase
 
-from aenvs._specs import EnvSpec, Key, Space
+from aenvs._specs import EnvSpec, Key, Space, object_spaces, text_contains
 from aenvs._tensors import non_tensor_values, td_get
 
-__all__ = ["ObjectActions", "object_action_spaces", "values_per_row"]
+__all__ = ["ObjectActions", "values_per_row"]
 
 ObjectValues = dict[int, dict[Key, Any]]
-
-
-def object_action_spaces(space: Space, path: Key = ("action",)) -> dict[Key, Space]:
-    """The parts of an action space that have no fixed shape, by the key their values use.
-
-    Example:
-        >>> space = spaces.Dict({"say": spaces.Text(16), "move": spaces.Discrete(4)})
-        >>> object_action_spaces(space)
-        {('action', 'say'): Text(1, 16, charset=...)}
-    """
-    if isinstance(space, spaces.Box | spaces.Discrete | spaces.MultiDiscrete | spaces.MultiBinary):
-        return {}
-    if isinstance(space, spaces.Dict):
-        parts = cast("spaces.Dict[Any]", space)
-        found: dict[Key, Space] = {}
-        for name in parts:
-            found.update(object_action_spaces(parts[name], (*path, name)))
-        return found
-    if isinstance(space, spaces.Tuple):
-        items = cast("spaces.Tuple[Any]", space)
-        found = {}
-        for i in range(len(items)):
-            found.update(object_action_spaces(items[i], (*path, str(i))))
-        return found
-    return {path: space}
 
 
 def _name(key: Key) -> str:
@@ -96,7 +71,7 @@ class ObjectActions:
     """
 
     def __init__(self, specs: Sequence[EnvSpec]) -> None:
-        self._spaces = [object_action_spaces(spec.action_space) for spec in specs]
+        self._spaces = [object_spaces(spec.action_space, ("action",)) for spec in specs]
         self.present = any(self._spaces)
         # every env's object spaces, where they are the same (the common case): read by column
         first = self._spaces[0] if self._spaces else {}
@@ -188,7 +163,7 @@ def _checked(value: Any, space: Space, env_index: int, key: Key) -> Any:
                 f"env {env_index}: {_name(key)!r} must be a str for the space {space}, "
                 f"got {type(value).__name__}"
             )
-        if not _text_contains(space, value):
+        if not text_contains(space, value):
             raise ValueError(
                 f"env {env_index}: {_name(key)!r} value {value[:40]!r} is not in {space} "
                 f"(length {len(value)}, or a character outside its charset)"
@@ -224,11 +199,3 @@ def _wrong_kind(space: Space, value: Any) -> str | None:
     if isinstance(value, Sequence | np.ndarray | torch.Tensor):
         return None
     return "a sequence of its elements (a tuple)"
-
-
-def _text_contains(space: spaces.Text, value: str) -> bool:
-    """``space.contains(value)`` for a str: a plain ``Text`` space's charset is tested as one
-    set operation, not character by character (a long action costs microseconds, not tens)."""
-    if type(space) is not spaces.Text:
-        return space.contains(value)
-    return space.min_length <= len(value) <= space.max_length and space.character_set.issuperset(value)

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Literal, TypeVar, overload
 
 import numpy as np
 
-from aenvs._adapters import Outcome, build_env, make_adapter
+from aenvs._adapters import Outcome, build_env, env_kind, first_use, make_adapter, warm
 from aenvs._buffers import EnvRows
 from aenvs._commands import Command, CommandKind, Completion, Packed, RemoteError, pack
 from aenvs._env import EnvContext, EnvFn
 from aenvs._env_rows import ColumnRun, EnvSlot
 from aenvs._errors import EnvError
 from aenvs._scalars import reward_value
-from aenvs._specs import EnvSpec, Key
+from aenvs._specs import EnvSpec, Key, text_spaces
 
 __all__ = ["EnvRunner", "answers", "drive"]
 
@@ -57,7 +57,13 @@ class EnvRunner:
         adapters: Mapping[int, Any],
         recipes: Mapping[int, tuple[EnvFn, EnvContext, Mapping[str, Any] | None]] | None = None,
     ) -> None:
-        self._slots = {i: EnvSlot(adapter) for i, adapter in adapters.items()}
+        self._slots = {
+            i: EnvSlot(adapter, texts=text_spaces(adapter.spec.observation_space) or None)
+            for i, adapter in adapters.items()
+        }
+        for i, (fn, _, _) in (recipes or {}).items():  # async envs: no lock is held across awaits
+            if not adapters[i].is_async and not warm(kind := env_kind(fn)):
+                self._slots[i].env_kind = kind
         self.specs: dict[int, EnvSpec] = {i: a.spec for i, a in adapters.items()}
         self.has_async = any(a.is_async for a in adapters.values())
         self._recipes = dict(recipes or {})  # how each env was built: REBUILD builds it again
@@ -262,7 +268,10 @@ class EnvRunner:
                     for key, value in objects[i].items():
                         rows.action[key][rows.row] = value
                 # an Outcome, or what a native env's step returned: a plain dict or an awaitable
-                out: Any = adapter.step(rows.action, rows.row)
+                if slot.env_kind is None:
+                    out: Any = adapter.step(rows.action, rows.row)
+                else:
+                    out = self._first_use(slot, "step", adapter.step, rows.action, rows.row)
                 if type(out) is not Outcome and type(out) is not dict:  # an async env's coroutine
                     out = await out
                 # None: not a plain dict it could write (a gym env's Outcome skips the call).
@@ -290,7 +299,10 @@ class EnvRunner:
             if kind is CommandKind.RESET:
                 assert slot.rows is not None
                 seed = command.seeds.get(i) if command.seeds else None
-                out = adapter.reset(seed, command.options)
+                if slot.env_kind is None:
+                    out = adapter.reset(seed, command.options)
+                else:
+                    out = self._first_use(slot, "reset", adapter.reset, seed, command.options)
                 if type(out) is not Outcome:  # an async env's coroutine
                     out = adapter.outcome(await out, False)
                 return Completion(i, kind, extras=self._write_reset(slot, out))
@@ -319,6 +331,18 @@ class EnvRunner:
                 raise
             return Completion(i, kind, error=RemoteError.capture(exc))
 
+    def _first_use(self, slot: EnvSlot, stage: str, run: Callable[..., T], *args: Any) -> T:
+        """``run(*args)``, a reset or step of ``slot``'s env while its kind may still import
+        modules (aenvs._adapters.building); once its kind is warm, the env leaves this path."""
+        kind = slot.env_kind
+        out = first_use(kind, stage, run, *args)
+        if warm(kind):
+            slot.env_kind = None
+            if slot.rows is not None:
+                slot.attach(slot.rows)
+                self._run = ColumnRun.of(self._slots)
+        return out
+
     async def rebuild(self, i: int) -> None:
         """Close env ``i`` and build it again from its factory, into the same buffer rows.
 
@@ -343,25 +367,6 @@ class EnvRunner:
         if slot.rows is not None:
             slot.attach(slot.rows)
             self._run = ColumnRun.of(self._slots)
-
-    @staticmethod
-    def _write(rows: dict[Key, np.ndarray], items: list[tuple[Key, Any]]) -> dict[Key, Any] | None:
-        extras: dict[Key, Any] | None = None
-        for key, value in items:
-            view = rows.get(key)
-            if view is None:
-                if extras is None:
-                    extras = {}
-                extras[key] = value
-                continue
-            shape = value.shape if type(value) is np.ndarray else np.shape(value)
-            if shape != view.shape:
-                raise ValueError(
-                    f"the env returned {'.'.join(key)!r} with shape {tuple(shape)}, "
-                    f"but its space says {tuple(view.shape)}"
-                )
-            view[...] = value
-        return extras
 
     @staticmethod
     def _write_plain_step(slot: EnvSlot, out: dict[str, Any]) -> bool | None:
@@ -397,7 +402,7 @@ class EnvRunner:
 
     def _write_reset(self, slot: EnvSlot, out: Outcome) -> dict[Key, Any] | None:
         assert slot.rows is not None
-        extras = self._write(slot.rows.reset, out.items)
+        extras = slot.write_items(slot.rows.reset, out.items)
         for flag in slot.reset_flags:
             flag[0] = False
         return _with_info(extras, out.info)
@@ -405,7 +410,7 @@ class EnvRunner:
     def _write_step(self, slot: EnvSlot, out: Outcome, done: bool) -> dict[Key, Any] | None:
         assert slot.rows is not None
         items, reward, terminated, truncated, info = out
-        extras = self._write(slot.rows.step, items)
+        extras = slot.write_items(slot.rows.step, items)
         slot.write_scalars(reward, terminated, truncated, done)
         return _with_info(extras, info) if info else extras
 

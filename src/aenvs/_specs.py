@@ -27,8 +27,11 @@ __all__ = [
     "EnvSpec",
     "Leaf",
     "action_leaves",
+    "object_spaces",
     "observation_leaves",
     "space_leaves",
+    "text_contains",
+    "text_spaces",
 ]
 
 Key = tuple[str, ...]
@@ -105,6 +108,55 @@ def space_leaves(space: Space, path: Key, objects: bool = False) -> list[Leaf]:
     # no fixed shape: observations carry it as non-tensor data beside the buffers, actions
     # in an object leaf (one Python value per env)
     return [Leaf(path, (), OBJECT)] if objects else []
+
+
+def object_spaces(space: Space, path: Key) -> dict[Key, Space]:
+    """The parts of ``space`` without a fixed shape, by the key their values use under ``path``.
+
+    Example:
+        >>> space = spaces.Dict({"say": spaces.Text(16), "move": spaces.Discrete(4)})
+        >>> object_spaces(space, ("action",))
+        {('action', 'say'): Text(1, 16, charset=...)}
+    """
+    if isinstance(space, spaces.Box | spaces.Discrete | spaces.MultiDiscrete | spaces.MultiBinary):
+        return {}
+    if isinstance(space, spaces.Dict):
+        parts = cast("spaces.Dict[Any]", space)
+        found: dict[Key, Space] = {}
+        for name in parts:
+            found.update(object_spaces(parts[name], (*path, name)))
+        return found
+    if isinstance(space, spaces.Tuple):
+        items = cast("spaces.Tuple[Any]", space)
+        found = {}
+        for i in range(len(items)):
+            found.update(object_spaces(items[i], (*path, str(i))))
+        return found
+    return {path: space}
+
+
+def text_spaces(observation_space: Space) -> dict[Key, spaces.Text]:
+    """The ``Text`` parts of an observation space, by the key of their values.
+
+    Example:
+        >>> text_spaces(spaces.Dict({"say": spaces.Text(16), "pos": spaces.Box(-1, 1)}))
+        {('say',): Text(1, 16, charset=...)}
+    """
+    found = object_spaces(observation_space, observation_root(observation_space))
+    return {key: space for key, space in found.items() if isinstance(space, spaces.Text)}
+
+
+def text_contains(space: spaces.Text, value: str) -> bool:
+    """``space.contains(value)`` for a str: a plain ``Text`` space's charset is tested as one
+    set operation, not character by character (a long text costs microseconds, not tens).
+
+    Example:
+        >>> text_contains(spaces.Text(4), "ab"), text_contains(spaces.Text(4), "a b")
+        (True, False)
+    """
+    if type(space) is not spaces.Text:
+        return space.contains(value)
+    return space.min_length <= len(value) <= space.max_length and space.character_set.issuperset(value)
 
 
 def observation_root(space: Space) -> Key:

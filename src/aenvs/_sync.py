@@ -73,7 +73,8 @@ class BatchedEnv:
         on_timeout: ``"raise"`` or ``"truncate"`` (steps then carry ``("next", "timed_out")``).
         startup_timeout: seconds the executor may take to build every env.
         close_timeout: seconds :meth:`close` waits for workers to stop before killing them.
-        check_finite: make a result with NaN or inf an EnvError for its env.
+        check_finite: make a result with NaN or inf, or a text observation outside its
+            ``Text`` space, an EnvError for its env.
         max_concurrency: at most this many envs run a reset or step at once.
         rate_limit: a :class:`~aenvs.RateLimit` each env's reset or step takes a token from.
         copy_results: False: a whole-batch step's entries under ``"next"`` are views of the

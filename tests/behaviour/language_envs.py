@@ -68,3 +68,27 @@ class ToolEnv(Env):
             "reward": float(len(tokens)),
             "terminated": False,
         }
+
+
+class SaysEnv(gym.Env[Any, Any]):
+    """A text env that observes ``says`` (any value, for the observation checks) ``at`` its
+    resets (``"reset"``), its steps (``"step"``), or the resets after its first, each of its
+    steps ending the episode (``"autoreset"``); ``"start"`` / ``"fine"`` otherwise."""
+
+    observation_space = spaces.Text(8)  # 1 to 8 letters or digits
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, says: Any = "fine", at: str = "step") -> None:
+        assert at in ("reset", "step", "autoreset")
+        self.says, self.at, self.resets = says, at, 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.resets += 1
+        bad = self.at == "reset" or (self.at == "autoreset" and self.resets > 1)
+        return (self.says if bad else "start"), {}
+
+    def step(self, action: int) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        return (self.says if self.at == "step" else "fine"), 0.0, self.at == "autoreset", False, {}

@@ -12,6 +12,7 @@ which unguarded builds fail every time.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -20,13 +21,21 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
+import numpy as np
 import pytest
+import torch
 
 from aenvs._adapters import build_env, building as aenvs_building
+from aenvs._buffers import Buffers
+from aenvs._commands import Command, CommandKind
 from aenvs._env import EnvContext
+from aenvs._runner import EnvRunner
+from tests.behaviour.context_envs import FACTORIES
+from tests.behaviour.lazy_import_envs import STAGES, make_lazy_import_env, write_lazy_package
+from tests.conftest import PoolFactory
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = 4  # env modules per package, built by as many threads at once
@@ -201,6 +210,60 @@ def test_later_builds_of_a_kind_overlap() -> None:
     assert not errors and SlowEnv.built == n
 
 
+def test_later_resets_and_steps_of_a_kind_overlap() -> None:
+    """Only the first reset and the first step of a kind run alone (they may still import
+    modules): the later ones run at the same time, and then take the array path."""
+    n = 4
+    together = threading.Barrier(n - 1, timeout=10)
+    arrived = threading.Condition()
+    arrivals = {CommandKind.RESET: 0, CommandKind.STEP: 0}  # the runners about to run each
+    between = threading.Barrier(n, timeout=30)
+
+    class SlowEnv(gym.Env[Any, Any]):
+        observation_space = gym.spaces.Box(-1.0, 1.0, (2,))
+        action_space = gym.spaces.Discrete(2)
+        first: ClassVar[dict[CommandKind, bool]] = {CommandKind.RESET: True, CommandKind.STEP: True}
+
+        def meet(self, stage: CommandKind) -> np.ndarray:
+            with arrived:
+                first, SlowEnv.first[stage] = SlowEnv.first[stage], False
+                if first:  # the first one ends once the others wait for it
+                    arrived.wait_for(lambda: arrivals[stage] == n, timeout=10)
+            if not first:
+                together.wait()  # BrokenBarrierError unless the n - 1 later ones overlap
+            return np.zeros(2, np.float32)
+
+        def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+            return self.meet(CommandKind.RESET), {}
+
+        def step(self, action: Any) -> Any:
+            return self.meet(CommandKind.STEP), 0.0, False, False, {}
+
+    runners = [EnvRunner.build({0: SlowEnv}, num_envs=1) for _ in range(n)]
+    errors: list[Any] = []
+
+    def run(runner: EnvRunner) -> None:
+        runner.attach({0: Buffers.allocate([runner.specs[0]]).rows(0)})
+        for kind in (CommandKind.RESET, CommandKind.STEP):
+            between.wait()  # every env resets, then every env steps (as a pool's batches do)
+            with arrived:
+                arrivals[kind] += 1
+                arrived.notify_all()
+            errors.extend(c.error for c in runner.run_plain(Command(kind, [0])) if c.error is not None)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in runners]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert errors == []
+        assert all(r._slots[0].env_step is not None for r in runners)  # pyright: ignore[reportPrivateUsage]
+    finally:
+        for r in runners:
+            r.close()
+
+
 def test_a_factory_building_envs_on_other_threads_does_not_deadlock(monkeypatch: pytest.MonkeyPatch) -> None:
     """A first build holds the build lock; a factory that waits for envs built on other
     threads (a nested pool) gets them once the bounded wait for the lock is over."""
@@ -221,3 +284,33 @@ def test_a_factory_building_envs_on_other_threads_does_not_deadlock(monkeypatch:
     started = time.monotonic()
     assert isinstance(build_env(Outer, EnvContext(0, 0, 1)), Outer)
     assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("stage", STAGES)
+async def test_envs_first_using_a_lazily_imported_module_at_once(
+    make_pool: PoolFactory, executor: str, tmp_path: Path, stage: str
+) -> None:
+    """Envs whose library loads a submodule lazily on first use (pygame's ``surfarray``:
+    pistonball) at their build, first reset or first step, several at once: none of them
+    finds the submodule half-run. The thread executor runs each env on a thread of its own,
+    Ray's actors each of their plain envs."""
+    name = f"lazy_{stage}_{tmp_path.name}".replace("-", "_")  # a fresh package in this process
+    write_lazy_package(tmp_path, name)
+    fn = functools.partial(make_lazy_import_env, str(tmp_path), name, stage)
+    options = {"envs_per_worker": 4} if executor == "ray" else {}  # one actor, four threads
+    pool = await make_pool([fn] * 4, **options)
+    td = await pool.reset()
+    td["action"] = torch.zeros(4, dtype=torch.int64)
+    out = await pool.step(td)
+    assert out["next", "reward"].flatten().tolist() == [1.0] * 4
+
+
+async def test_factories_get_an_env_context_when_they_ask_for_one(make_pool: PoolFactory) -> None:
+    """A parameter annotated EnvContext, one named ctx or context (a default or not), or one
+    positional parameter with no default: the factory gets its env's EnvContext. Otherwise
+    (a default of its own, gymnasium.make with an id bound) it is called with no argument."""
+    names = list(FACTORIES)
+    pool = await make_pool([FACTORIES[name][0] for name in names])
+    got = dict(zip(names, await pool.get_attr("got"), strict=True))
+    assert got == {name: (i if FACTORIES[name][1] else None) for i, name in enumerate(names)}
+    assert (await pool.get_attr("seed_given", env_index=[names.index("other_optional")])) == [7]

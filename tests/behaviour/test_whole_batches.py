@@ -64,6 +64,7 @@ class ScriptedEnv(gym.Env[np.ndarray, np.int64]):
 def runners(script: Mapping[int, Mapping[int, str]]) -> tuple[EnvRunner, EnvRunner, Buffers, Buffers]:
     """Two runners of the same scripted envs, one writing whole batches by column, the other
     env by env, each with its own buffers."""
+    warm_up(functools.partial(ScriptedEnv, 0, None))
     made: list[tuple[EnvRunner, Buffers]] = []
     for _ in range(2):
         fns = {i: functools.partial(ScriptedEnv, i, script.get(i)) for i in range(N)}
@@ -75,6 +76,18 @@ def runners(script: Mapping[int, Mapping[int, str]]) -> tuple[EnvRunner, EnvRunn
     assert by_column._run is not None  # pyright: ignore[reportPrivateUsage]
     by_env._run = None  # pyright: ignore[reportPrivateUsage]
     return by_column, by_env, columns, rows
+
+
+def warm_up(fn: Any) -> None:
+    """Reset and step an env of ``fn``'s kind once: the first ones of a kind run one at a time
+    (their library may still import modules), on the general path, not by column."""
+    runner = EnvRunner.build({0: fn}, num_envs=1)
+    try:
+        runner.attach({0: Buffers.allocate([runner.specs[0]]).rows(0)})
+        runner.run_plain(Command(CommandKind.RESET, [0]))
+        runner.run_plain(Command(CommandKind.STEP, [0]))
+    finally:
+        runner.close()
 
 
 def answers(result: list[Completion] | Any) -> list[tuple[Any, ...]]:

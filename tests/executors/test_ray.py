@@ -70,14 +70,18 @@ async def test_several_envs_per_actor_one_call_per_actor() -> None:
 
 
 def _barrier_env(parties: int):
-    """Envs whose step waits for ``parties`` steps of the same actor to be running at once."""
+    """Envs whose steps after their first wait for ``parties`` steps of the same actor to be
+    running at once (the first step of a kind of env runs alone: it may still import modules)."""
 
     class BarrierEnv(EchoEnv):
         barriers: ClassVar[dict[int, threading.Barrier]] = {}
+        steps = 0
 
         def step(self, td):
-            barrier = BarrierEnv.barriers.setdefault(os.getpid(), threading.Barrier(parties))
-            barrier.wait(timeout=10)  # raises BrokenBarrierError if the envs run one after another
+            self.steps += 1
+            if self.steps > 1:
+                barrier = BarrierEnv.barriers.setdefault(os.getpid(), threading.Barrier(parties))
+                barrier.wait(timeout=10)  # raises BrokenBarrierError if the envs run one after another
             return super().step(td)
 
     def make(ctx: EnvContext) -> EchoEnv:

@@ -1,52 +1,102 @@
-"""Building envs from ids or factories, safely from several threads, and choosing their adapter."""
+"""Building envs from ids or factories, and using them first, safely from several threads; and
+choosing their adapter."""
 
 from __future__ import annotations
 
 import functools
 import inspect
 import os
+import re
 import threading
 import types
+import typing
 import weakref
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import gymnasium as gym
 
 from aenvs._env import Env, EnvContext, EnvFn
 
-__all__ = ["build_env", "make_adapter"]
+__all__ = ["FIRST_USES", "build_env", "env_kind", "first_use", "make_adapter", "warm"]
+
+T = TypeVar("T")
 
 
 # per factory: a pool of N envs usually repeats one factory N times, and inspect.signature
 # costs more than building a small env (35 of the 44 ms a pool of 256 native envs took to start)
-_TAKES_CONTEXT: weakref.WeakKeyDictionary[Callable[..., Any], bool] = weakref.WeakKeyDictionary()
+_CALLERS: weakref.WeakKeyDictionary[Callable[..., Any], Callable[[Any, EnvContext], Any]] = (
+    weakref.WeakKeyDictionary()
+)
+_CONTEXT_NAMES = ("ctx", "context")
+_ANNOTATION = re.compile(r"\bEnvContext\b")  # in an annotation left a string (PEP 563)
 
 
-def _takes_context(fn: Callable[..., Any]) -> bool:
+def _without_context(fn: Callable[..., Any], context: EnvContext) -> Any:
+    return fn()
+
+
+def _positional_context(fn: Callable[..., Any], context: EnvContext) -> Any:
+    return fn(context)
+
+
+def _keyword_context(name: str, fn: Callable[..., Any], context: EnvContext) -> Any:
+    return fn(**{name: context})
+
+
+def _caller(fn: Callable[..., Any]) -> Callable[[Any, EnvContext], Any]:
+    """How to call the factory ``fn``: with its env's EnvContext or without (see
+    :func:`build_env`)."""
     try:
-        return _TAKES_CONTEXT[fn]
+        return _CALLERS[fn]
     except (KeyError, TypeError):  # TypeError: not hashable, or not weakly referenceable
         pass
+    caller = _context_caller(fn)
     try:
-        params = inspect.signature(fn).parameters.values()
+        _CALLERS[fn] = caller
+    except TypeError:
+        pass
+    return caller
+
+
+def _context_caller(fn: Callable[..., Any]) -> Callable[[Any, EnvContext], Any]:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):  # builtins, some C callables
-        return False
+        return _without_context
+    wants = next((p for p in params if _is_context_annotation(p.annotation)), None)
+    if wants is None:
+        wants = next((p for p in params if p.name in _CONTEXT_NAMES and p.kind is not p.VAR_KEYWORD), None)
+    if wants is not None and wants.kind is not wants.VAR_POSITIONAL:
+        if wants.kind is not wants.POSITIONAL_ONLY:
+            return functools.partial(_keyword_context, wants.name)
+        if wants is params[0]:
+            return _positional_context
     required = [
         p for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
     ]
-    takes = len(required) == 1
-    try:
-        _TAKES_CONTEXT[fn] = takes
-    except TypeError:
-        pass
-    return takes
+    return _positional_context if len(required) == 1 else _without_context
+
+
+def _is_context_annotation(annotation: Any) -> bool:
+    """``EnvContext``, ``EnvContext | None``, ``Optional[EnvContext]``, or a string naming it."""
+    if annotation is EnvContext:
+        return True
+    if isinstance(annotation, str):
+        return _ANNOTATION.search(annotation) is not None
+    return any(_is_context_annotation(a) for a in typing.get_args(annotation))
 
 
 def build_env(env_fn: EnvFn, context: EnvContext, make_kwargs: Mapping[str, Any] | None = None) -> Any:
-    """Build one env from a gymnasium id or a factory (given ``context`` if it takes one).
+    """Build one env from a gymnasium id or a factory, given ``context`` if it asks for one.
 
-    Safe from several threads at once (see :func:`_build_once`).
+    A factory asks for its EnvContext with a parameter annotated ``EnvContext`` (or
+    ``EnvContext | None``), else one named ``ctx`` or ``context`` (with a default or not;
+    both passed by keyword, or first by position if positional-only), else with exactly one
+    positional parameter that has no default (``lambda c: ...``). Any other factory is called
+    with no argument: ``def make(seed=0)``, ``functools.partial(gymnasium.make, env_id)``.
+
+    Safe from several threads at once (see :func:`_run_once_guarded`).
 
     Example:
         >>> env = build_env("CartPole-v1", EnvContext(0, 0, 1))
@@ -54,15 +104,15 @@ def build_env(env_fn: EnvFn, context: EnvContext, make_kwargs: Mapping[str, Any]
         'CartPole-v1'
     """
     if isinstance(env_fn, str):
-        return _build_once(env_fn, _make, env_fn, make_kwargs)
+        return _run_once_guarded(env_fn, _make, env_fn, make_kwargs)
     if not callable(env_fn):
         raise TypeError(
             f"env {context.env_index}: env_fns entries must be gymnasium ids or callables, "
             f"got {type(env_fn).__name__}"
         )
-    env = _build_once(_factory_kind(env_fn), _call_factory, env_fn, context)
+    env = _run_once_guarded(_factory_kind(env_fn), _call_factory, env_fn, context)
     if isinstance(env, str):
-        return _build_once(env, _make, env, make_kwargs)
+        return _run_once_guarded(env, _make, env, make_kwargs)
     return env
 
 
@@ -71,23 +121,30 @@ def _make(env_id: str, make_kwargs: Mapping[str, Any] | None) -> Any:
 
 
 def _call_factory(env_fn: Callable[..., Any], context: EnvContext) -> Any:
-    return env_fn(context) if _takes_context(env_fn) else env_fn()
+    return _caller(env_fn)(env_fn, context)
 
 
-# Building from several threads at once (the thread executor, threaded Ray actors, any
-# caller of build_env): the first build of a kind of env is where its modules are imported,
-# and CPython (3.11 at least) can hand a thread a partially initialized module when two
-# threads import sibling submodules of a package whose __init__ imports them ("cannot import
-# name 'PendulumEnv' from partially initialized module": the thread executor building five
-# classic-control envs in a fresh interpreter failed so 7 times in 10). First builds take
-# one process-wide lock, so they import one at a time; later builds of a kind already built
-# import nothing new and run concurrently, so slow constructors (connections to remote
-# simulators) still overlap, after the first. The wait for the lock is bounded: a factory
-# that waits for envs built on other threads (a nested pool) would otherwise deadlock with
-# them; past the bound a build goes ahead unguarded, as every build did before.
+# Envs first used from several threads at once (the thread executor, Ray's actors stepping
+# plain envs on threads, any caller of build_env): the first build of a kind of env is where
+# its modules are imported, and CPython (3.11 at least) can hand a thread a partially
+# initialized module when two threads import sibling submodules of a package whose __init__
+# imports them ("cannot import name 'PendulumEnv' from partially initialized module": the
+# thread executor building five classic-control envs in a fresh interpreter failed so 7
+# times in 10). Imports also happen later, at an env's first reset or step: a library may
+# load a module on first use, and a thread reading it meanwhile can find it without its
+# attributes: a module loaded lazily (importlib's LazyLoader, until CPython 3.12.3: pygame's
+# surfarray, "module 'pygame.surfarray' has no attribute 'pixels3d'", PettingZoo's pistonball
+# reset on the thread executor failing 6 times in 40), or an attribute that a module sets on
+# its package as its import ends. So the first build, the first reset and the first step of
+# a kind each take one process-wide lock, and run one at a time; later ones, with nothing
+# left to import, run concurrently, so that slow constructors and resets (connections to
+# remote simulators) still overlap, after the first. The wait for the lock is bounded: an
+# env that waits for envs run on other threads (a nested pool, envs meeting at their first
+# reset) would otherwise deadlock with them; past the bound it goes ahead unguarded.
 _build_lock = threading.RLock()  # reentrant: a factory may build envs itself, on its thread
 _BUILD_LOCK_WAIT = 10.0
-_BUILT_KINDS: set[Hashable] = set()
+_RAN: set[Hashable] = set()  # what ran once under the lock: kinds built, (kind, stage) pairs
+FIRST_USES = ("reset", "step")  # the commands that may still import: run once under the lock
 
 
 def _new_build_lock() -> None:
@@ -99,20 +156,51 @@ def _new_build_lock() -> None:
 os.register_at_fork(after_in_child=_new_build_lock)
 
 
-def _build_once(kind: Hashable, build: Callable[..., Any], *args: Any) -> Any:
-    """``build(*args)``, under the build lock if no env of ``kind`` was built yet."""
-    if kind not in _BUILT_KINDS and _build_lock.acquire(timeout=_BUILD_LOCK_WAIT):
+def _run_once_guarded(key: Hashable, run: Callable[..., T], *args: Any) -> T:
+    """``run(*args)``, under the build lock if nothing ran as ``key`` yet."""
+    if key not in _RAN and _build_lock.acquire(timeout=_BUILD_LOCK_WAIT):
         try:
-            if kind not in _BUILT_KINDS:  # else built on another thread while this one waited
-                env = build(*args)
-                _BUILT_KINDS.add(kind)  # not on failure: the next build tries under the lock again
-                return env
+            if key not in _RAN:  # else it ran on another thread while this one waited
+                out = run(*args)
+                _RAN.add(key)  # not on failure: the next one runs under the lock again
+                return out
         finally:
             _build_lock.release()
-    return build(*args)
+    return run(*args)
 
 
-# per factory, as _TAKES_CONTEXT: a pool of N envs usually repeats one factory N times
+def first_use(kind: Hashable, stage: str, run: Callable[..., T], *args: Any) -> T:
+    """``run(*args)``, an env's ``stage`` (one of :data:`FIRST_USES`), under the build lock
+    until one env of ``kind`` (:func:`env_kind`) ran it.
+
+    Example:
+        >>> first_use("an example kind", "reset", lambda: "reset done")
+        'reset done'
+        >>> warm("an example kind")  # its first step is still to come
+        False
+    """
+    return _run_once_guarded((kind, stage), run, *args)
+
+
+def warm(kind: Hashable) -> bool:
+    """Whether an env of ``kind`` has reset and stepped once: its library is all imported, and
+    the others of its kind run their commands unguarded."""
+    return all((kind, stage) in _RAN for stage in FIRST_USES)
+
+
+def env_kind(env_fn: EnvFn) -> Hashable:
+    """The kind of env ``env_fn`` builds (:func:`_kind`), for :func:`first_use`.
+
+    Example:
+        >>> env_kind("CartPole-v1")
+        'CartPole-v1'
+    """
+    if isinstance(env_fn, str) or not callable(env_fn):
+        return env_fn
+    return _factory_kind(env_fn)
+
+
+# per factory, as _CALLERS: a pool of N envs usually repeats one factory N times
 _KINDS: weakref.WeakKeyDictionary[Callable[..., Any], Hashable] = weakref.WeakKeyDictionary()
 
 

@@ -43,9 +43,9 @@ class AsyncEnvPool(LoopCalls):
     """A pool of RL envs whose commands are awaited on the event loop.
 
     Args:
-        env_fns: zero-argument callables (or callables taking an :class:`EnvContext`)
-            returning a gymnasium env or an :class:`aenvs.Env`, or gymnasium ids; or one
-            of those with ``num_envs``.
+        env_fns: zero-argument callables (or callables asking for an :class:`EnvContext`,
+            as its docstring says) returning a gymnasium env or an :class:`aenvs.Env`, or
+            gymnasium ids; or one of those with ``num_envs``.
         num_envs: how many envs to build from a single ``env_fns``.
         executor: ``"inline"``, ``"thread"`` or an :class:`~aenvs.executors.Executor`.
         stack: ``"dense"`` (every env has the same keys and shapes), ``"lazy"``
@@ -78,9 +78,11 @@ class AsyncEnvPool(LoopCalls):
             reset that times out still raises. See the guide's "Deadlines" page.
         startup_timeout: seconds the executor may take to build every env.
         close_timeout: seconds ``aclose`` waits for workers to stop before killing them.
-        check_finite: make a result with NaN or inf in a float entry an EnvError for its
-            env (the other envs' results are delivered); off by default, as it costs a
-            pass over every result.
+        check_finite: check the values of every result, not only their layout: NaN or inf
+            in a float entry, or a text observation outside its ``Text`` space (its length,
+            a character outside its charset), is an EnvError for its env (the other envs'
+            results are delivered); off by default, as it costs a pass over every result.
+            A text observation that is not a ``str`` is its env's error either way.
         max_concurrency: at most this many envs run a reset, step or step-and-reset at once;
             the other envs' commands are held in the pool, in the order sent. Default: no limit.
         rate_limit: a :class:`~aenvs.RateLimit` (a token bucket, shareable by pools) each env's

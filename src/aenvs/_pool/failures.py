@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+from gymnasium import spaces
 
 from aenvs._batching import TimedOutStep
 from aenvs._commands import TRANSITIONS, CommandKind, Completion, RemoteError
+from aenvs._specs import EnvSpec, Key, text_contains, text_spaces
 from aenvs.executors import Executor
 
 __all__ = ["Failures"]
@@ -68,6 +70,13 @@ class Failures:
         # called with the envs whose commands are about to be stopped (before their workers
         # are): ``on_timeout="truncate"`` keeps their last observations then
         self.on_expired: Callable[[Sequence[int]], None] | None = None
+        # per env, its observation's Text parts by key (set once the envs are built): vet
+        # checks their values' length and charset (the runner checks they are str, always)
+        self.texts: list[dict[Key, spaces.Text]] = []
+
+    def built(self, specs: Sequence[EnvSpec]) -> None:
+        """The envs are built, with these specs."""
+        self.texts = [text_spaces(spec.observation_space) for spec in specs]
 
     def limit(self, kind: CommandKind) -> float | None:
         """Seconds a command of ``kind`` may take (None: no limit)."""
@@ -124,7 +133,9 @@ class Failures:
             self._restart(i)
 
     def vet(self, c: Completion) -> None:
-        """Turn a result holding NaN or inf (in its buffer rows) into an error for its env."""
+        """Turn a result holding NaN or inf (in its buffer rows), or a text observation outside
+        its ``Text`` space (too long or short, a character outside its charset), into an error
+        for its env."""
         buffers = self._executor.buffers
         assert buffers is not None
         rows = buffers.rows(c.env_index)
@@ -141,5 +152,26 @@ class Failures:
                     c.error = RemoteError(
                         "builtins.ValueError",
                         f"ValueError: env {c.env_index} returned NaN or inf in {name!r} (check_finite=True)\n",
+                    )
+                    return
+        texts = self.texts[c.env_index] if self.texts else None
+        if texts:
+            self._vet_texts(c, texts)
+
+    @staticmethod
+    def _vet_texts(c: Completion, texts: dict[Key, spaces.Text]) -> None:
+        for extras in (c.extras, c.reset_extras):
+            if not extras:
+                continue
+            for key, space in texts.items():
+                value = extras.get(key)
+                if isinstance(value, str) and not text_contains(space, value):
+                    outside = sorted(set(value) - space.character_set)[:5]
+                    c.error = RemoteError(
+                        "builtins.ValueError",
+                        f"ValueError: env {c.env_index} returned {value[:40]!r} in {'.'.join(key)!r}, "
+                        f"not in its space {space}: length {len(value)}"
+                        + (f", characters outside its charset {outside}" if outside else "")
+                        + " (check_finite=True)\n",
                     )
                     return

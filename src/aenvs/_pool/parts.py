@@ -229,6 +229,7 @@ class PoolParts:
             await self._stop_executor()
             raise
         self.sender.specs = specs
+        self.failures.built(specs)
         self.slots.mark(self.sender.all_envs, EnvState.INIT)
         return batcher
 
