@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import time
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -13,10 +15,10 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from aenvs import AsyncEnvPool, EnvCrashedError
+from aenvs import AsyncEnvPool, EnvContext, EnvCrashedError
 from aenvs.executors import ProcessExecutor
-from aenvs.testing import echo_env_fns
-from tests.helpers import Gate, actions, assert_gone, gated_env_fns, shm_entries
+from aenvs.testing import EchoEnv, echo_env_fns
+from tests.helpers import Gate, actions, assert_gone, gated_env_fns, shm_entries, until
 
 
 async def test_lambda_factories_travel_by_value() -> None:
@@ -130,6 +132,42 @@ async def test_close_leaves_no_process_and_no_shared_memory(tmp_path, situation:
     assert time.monotonic() - started < 3.0
     assert_gone(pids)
     assert shm_entries() <= before
+
+
+def _stuck_on_rebuild(armed: str, building: str, num_envs: int) -> list[Any]:
+    """EchoEnv factories whose builds, once the file ``armed`` exists, create ``building``
+    and never end (until the worker is stopped)."""
+
+    def make(ctx: EnvContext) -> EchoEnv:
+        if os.path.exists(armed):
+            with open(building, "w"):
+                pass
+            while True:
+                time.sleep(0.01)
+        return EchoEnv(env_index=ctx.env_index)
+
+    return [make] * num_envs
+
+
+async def test_a_restart_cut_short_by_close_logs_no_unretrieved_error(tmp_path, caplog) -> None:
+    """The pool closes while a worker (two envs) is being started again: the new worker is
+    stopped, and the error its start ends with is taken, never left for the garbage
+    collector to log at some later moment ("Future exception was never retrieved")."""
+    armed, building = tmp_path / "armed", tmp_path / "building"
+    executor = ProcessExecutor(envs_per_worker=2)
+    env_fns = _stuck_on_rebuild(str(armed), str(building), 4)
+    async with AsyncEnvPool(env_fns, executor=executor, on_error="restart") as pool:
+        await pool.reset()
+        armed.touch()
+        await pool.async_step_send(actions([1, 2], env_index=[0, 1]))
+        os.kill(executor.pids[0], signal.SIGKILL)
+        for _ in range(2):
+            with pytest.raises(EnvCrashedError):
+                await pool.async_step_recv(min_get=1)
+        await until(building.exists)  # its successor builds the envs: the pool closes now
+    del pool, executor
+    gc.collect()
+    assert "never retrieved" not in caplog.text
 
 
 def _cpu_seconds(pid: int) -> float:

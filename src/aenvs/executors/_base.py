@@ -280,6 +280,12 @@ class Executor(abc.ABC):
         ``startup_timeout``; raise the first failure, or EnvTimeoutError naming an env of the
         first worker still building."""
         futures = [future for _, future in built]
+        for future in futures:
+            # Every failure counts as seen, whether it is the one raised here, another, or one
+            # that comes after this wait was cancelled (the pool closed during a restart: the
+            # worker's stop fails its future). asyncio logs an unseen one from the future's
+            # finalizer ("exception was never retrieved"), whenever the garbage collector runs.
+            future.add_done_callback(_retrieve)
         _, pending = await asyncio.wait(futures, timeout=self.startup_timeout)
         if pending:
             stuck = next(envs for envs, future in built if future in pending)
@@ -292,13 +298,7 @@ class Executor(abc.ABC):
                 f"on the {self.name} executor (its worker hosts envs {stuck})",
                 executor=self.name,
             )
-        # every failure is retrieved, not only the first raised: asyncio logs the others from
-        # their futures' finalizers otherwise ("exception was never retrieved"), at whatever
-        # moment the garbage collector picks
-        failures = [failure for future in futures if (failure := future.exception()) is not None]
-        if failures:
-            raise failures[0]
-        return [future.result() for future in futures]
+        return [future.result() for future in futures]  # the first failure raises
 
     def _bind_loop(self) -> asyncio.AbstractEventLoop:
         self._loop = asyncio.get_running_loop()
@@ -359,3 +359,9 @@ class Executor(abc.ABC):
             items, self._incoming = self._incoming, []
             self._wake_pending = False
         self._push(items)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark ``future``'s error as seen (whoever awaits it still gets it)."""
+    if not future.cancelled():
+        future.exception()
