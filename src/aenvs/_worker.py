@@ -1,16 +1,24 @@
-"""The entry point of worker processes: host some envs, run commands from the pipe.
+"""The entry point of worker processes: host some envs, run commands from the socket.
 
 Imports no torch (unless an env factory does), so workers hosting gymnasium envs
-start in a fraction of a second and stay small. The protocol on the pipe:
+start in a fraction of a second and stay small. The protocol on the socket, each
+message pickled in a frame (:mod:`aenvs._frames`):
 
     (forked by :mod:`aenvs._zygote` with the env factories already unpickled)
     worker -> parent   ("built", {env_index: EnvSpec}) or ("failed", EnvError)
-    parent -> worker   (all specs, arena size, close timeout, spin wait), then the arena's fd (SCM_RIGHTS)
+    parent -> worker   one byte carrying the arena's fd (SCM_RIGHTS), then
+                       (all specs, arena size, close timeout, spin wait)
     parent -> worker   Command, ...; None to stop
     worker -> parent   per command, its answers: packed (every env answered plainly) or
                        [Completion, ...] (results sit in shared memory)
 
-A worker closes its envs when it stops, however it stops: told to (None), its pipe gone,
+A worker reads and writes blocking, one message at a time, and that cannot deadlock
+with the pool however large the messages and however many are on their way: the pool
+never waits on its socket (its writes go out as the socket takes them, from its event
+loop, and it reads whatever arrives whenever its loop runs), so a worker stuck writing
+an answer waits only for the pool's loop to read, never for the pool to finish a write.
+
+A worker closes its envs when it stops, however it stops: told to (None), its socket gone,
 or SIGTERM (which the parent sends a worker it gives up on: the command under way is
 interrupted where it runs Python code, then the envs close; the parent's SIGKILL comes
 ``close_timeout`` later).
@@ -24,14 +32,14 @@ import os
 import pickle
 import select
 import signal
+import socket
 import sys
 import time
-from multiprocessing import reduction
-from multiprocessing.connection import Connection
 from typing import Any
 
 from aenvs._commands import Completion, Packed, RemoteError
 from aenvs._errors import EnvError
+from aenvs._frames import FrameReader, frame
 from aenvs._runner import EnvRunner
 from aenvs._shm import SharedArena
 from aenvs._spinning import SpinWait
@@ -76,9 +84,9 @@ class _Stop:
         raise _Terminated
 
 
-def _send(conn: Connection, answers: list[Completion] | Packed) -> None:
+def _send(sock: socket.socket, answers: list[Completion] | Packed) -> None:
     """Send a command's answers: packed (plain answers of every env), or a Completion per env."""
-    # Plain pickle, not the Connection's ForkingPickler: torch registers reductions there
+    # Plain pickle, not multiprocessing's ForkingPickler: torch registers reductions there
     # that would send tensors through a resource sharer instead of by value.
     try:
         data = pickle.dumps(answers, protocol=pickle.HIGHEST_PROTOCOL)
@@ -86,17 +94,19 @@ def _send(conn: Connection, answers: list[Completion] | Packed) -> None:
         assert type(answers) is list  # a packed record is plain values
         error = RemoteError.capture(exc)
         data = pickle.dumps([Completion(c.env_index, c.kind, error=error) for c in answers])
-    conn.send_bytes(data)
+    sock.sendall(frame(data))
 
 
 def worker_main(pipe_fd: int, env_args: tuple[Any, Any, Any], worker_index: int, num_envs: int) -> None:
     """Build the envs of ``env_args`` (factories, seeds, make kwargs by env index) and serve
-    commands from the pipe until told to stop."""
+    commands from the socket ``pipe_fd`` until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     signal.signal(signal.SIGTERM, _Stop.handler)
     os.environ[WORKER_ENV_VAR] = "process"  # this process hosts envs only (see aenvs.testing)
     die_with_parent()
-    conn = Connection(pipe_fd)
+    sock = socket.socket(fileno=pipe_fd)
+    sock.setblocking(True)
+    reader = FrameReader(sock)
     runner: EnvRunner | None = None
     try:
         env_fns, seeds, make_kwargs = env_args
@@ -105,21 +115,25 @@ def worker_main(pipe_fd: int, env_args: tuple[Any, Any, Any], worker_index: int,
                 env_fns, num_envs=num_envs, worker_index=worker_index, seeds=seeds, make_kwargs=make_kwargs
             )
         except EnvError as err:
-            conn.send_bytes(pickle.dumps(("failed", err)))
+            sock.sendall(frame(pickle.dumps(("failed", err))))
             return
-        conn.send_bytes(pickle.dumps(("built", runner.specs)))
-        specs, size, runner.close_timeout, spin_wait = pickle.loads(conn.recv_bytes())
-        arena = SharedArena.attach(reduction.recv_handle(conn), size, specs)
+        sock.sendall(frame(pickle.dumps(("built", runner.specs))))
+        carrier, fds, _, _ = socket.recv_fds(sock, 1, 1)
+        if not carrier or not fds:
+            raise EOFError("the pool closed the socket before sending the shared memory")
+        specs, size, runner.close_timeout, spin_wait = pickle.loads(reader.read())
+        arena = SharedArena.attach(fds[0], size, specs)
         arena.close_fd()
         runner.attach({i: arena.buffers.rows(i) for i in runner.env_indices})
         spin, poller = SpinWait(spin_wait), select.poll()
-        poller.register(conn.fileno(), select.POLLIN)
+        poller.register(sock.fileno(), select.POLLIN)
         answered = 0.0  # when the last answer went out
-        last: tuple[bytes, Any] = (b"", None)  # the last command, as sent and as read
+        last: tuple[bytes | bytearray, Any] = (b"", None)  # the last command, as sent and as read
         while True:
-            if answered:  # the parent's next command often follows within microseconds
+            # the parent's next command often follows within microseconds (if not already here)
+            if answered and not reader.has_frame:
                 spin.poll(poller.poll)
-            data = conn.recv_bytes()
+            data = reader.read()
             if answered:
                 spin.record(time.perf_counter() - answered)
             # a lockstep loop sends the same bytes batch after batch (kind and envs): read once
@@ -130,7 +144,7 @@ def worker_main(pipe_fd: int, env_args: tuple[Any, Any, Any], worker_index: int,
             answers = runner.execute(command, packed=True)
             if _Stop.terminated:  # raised inside an async env's task, which kept it as its error
                 break
-            _send(conn, answers)
+            _send(sock, answers)
             answered = time.perf_counter()
     except (EOFError, BrokenPipeError, ConnectionResetError, _Terminated):
         pass  # the parent is gone, or gave up on this worker: nobody to answer
@@ -140,4 +154,4 @@ def worker_main(pipe_fd: int, env_args: tuple[Any, Any, Any], worker_index: int,
                 runner.close()
             except _Terminated:  # SIGTERM while closing (a slow close): the envs not closed yet close
                 runner.close()
-        conn.close()
+        sock.close()

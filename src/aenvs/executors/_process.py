@@ -4,9 +4,9 @@
   pool (event loop)                                worker process k (envs i..j)
   ─────────────────                                ────────────────────────────
   write actions ──► shared arena (memfd) ◄── read actions, write results
-  submit ─────────► pipe: Command(env_indices) ──► runner.execute(command)
-  loop.add_reader ◄ pipe: [Completion, ...]   ◄─── (small: flags, infos, errors)
-  loop.add_reader ◄ process sentinel: death ─────► EnvCrashedError for its envs
+  submit ─────────► socket: Command(env_indices) ──► runner.execute(command)
+  loop.add_reader ◄ socket: [Completion, ...]   ◄─── (small: flags, infos, errors)
+  loop.add_reader ◄ pidfd: death ──────────────────► EnvCrashedError for its envs
 ```
 
 Workers fork from :mod:`aenvs._zygote`, which has already imported the worker module
@@ -14,7 +14,15 @@ Workers fork from :mod:`aenvs._zygote`, which has already imported the worker mo
 in a fraction of one interpreter launch. Env factories travel with cloudpickle, so
 lambdas and closures work. Nothing global changes in the pool's process (no start
 method is set). Workers ignore SIGINT and die with the zygote, which dies with the
-pool's process. A worker's death shows as EOF on its pipe and on its pidfd at once.
+pool's process. A worker's death shows as EOF on its socket and on its pidfd at once.
+
+Nothing waits on a worker's socket on the loop's thread, whatever is sent: the pool's
+end is non-blocking. A message goes out at once as far as the socket takes it; the rest
+waits in the worker's outgoing buffer, which the loop writes as the socket drains
+(``loop.add_writer``), and later messages queue behind it, so a burst of commands (a
+reset per env) never blocks the loop while a worker is busy writing its answers back.
+Answers are read as they arrive, a message that is still arriving kept until it is whole
+(:class:`~aenvs._frames.FrameReader`), so the two directions drain independently.
 """
 
 from __future__ import annotations
@@ -28,13 +36,12 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable
-from multiprocessing import reduction
-from multiprocessing.connection import Connection
 from typing import Any
 
 from aenvs._buffers import Buffers
 from aenvs._commands import Command, CommandKind, unpack
 from aenvs._errors import EnvCrashedError
+from aenvs._frames import FrameReader, frame
 from aenvs._shm import SharedArena
 from aenvs._specs import EnvSpec
 from aenvs._spinning import DEFAULT_SPIN_WAIT, SpinWait
@@ -54,19 +61,25 @@ def _dumps(message: Any) -> bytes:
         return cloudpickle_dumps(message)
 
 
+_STOP = frame(_dumps(None))  # tells a worker to close its envs and exit
+
+
 class _Worker:
     def __init__(self, index: int, env_indices: list[int]) -> None:
         self.index = index
         self.env_indices = env_indices
         self.pid = 0
         self.pidfd = -1
-        self.conn: Connection | None = None
+        self.sock: socket.socket | None = None  # non-blocking
+        self.fd = -1  # the socket's
+        self.reader: FrameReader | None = None
+        self.out = bytearray()  # what its socket did not take yet, written as it drains
         self.in_flight: dict[int, CommandKind] = {}
         self.sent_at: deque[float] = deque()  # when each command it has not answered went out
         self.alive = True
         self.built: asyncio.Future[Any] | None = None
         self.exited: asyncio.Future[None] | None = None
-        # a plain command of each kind to all its envs, pickled once: a lockstep loop sends it every step
+        # a plain command of each kind to all its envs, framed once: a lockstep loop sends it every step
         self.pickled: dict[CommandKind, bytes] = {}
 
     def describe_death(self, why: str = "died") -> str:
@@ -121,6 +134,7 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
         self._reapers: list[Reaper] = []  # workers given up on, closing their envs before a SIGKILL
         self._poller = select.poll()  # the fds the loop watches, for wait_outside_loop
         self._watched: dict[int, tuple[Callable[[_Worker], None], _Worker]] = {}
+        self._writing: dict[int, _Worker] = {}  # by socket fd: the workers with bytes waiting to go out
 
     @property
     def pids(self) -> list[int]:
@@ -145,13 +159,9 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
         # starting processes blocks (the forkserver's first start imports modules): off the loop
         await asyncio.to_thread(self._spawn, workers)
         for worker in workers:
-            assert worker.conn is not None
             worker.built = loop.create_future()
             worker.exited = loop.create_future()
-            self._watch(worker.conn.fileno(), self._on_readable, worker)
-            # uvloop makes watched fds non-blocking; Connection needs blocking ones for
-            # messages larger than the socket buffer (a reader only runs once data is there)
-            os.set_blocking(worker.conn.fileno(), True)
+            self._watch(worker.fd, self._on_readable, worker)
             if worker.pidfd >= 0:
                 self._watch(worker.pidfd, self._on_exit, worker)
         results = await self._await_built([(w.env_indices, w.built) for w in workers if w.built])
@@ -161,13 +171,23 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
         return specs_by_env
 
     def _serve(self, workers: list[_Worker]) -> None:
-        """Send built workers every env's spec and the arena's descriptor: they start serving."""
+        """Send built workers the arena's descriptor and every env's spec: they start serving."""
         arena = self._arena
         assert arena is not None
+        specs = frame(_dumps((self._specs, arena.size, self.close_timeout, self._spin.window)))
         for worker in workers:
-            assert worker.conn is not None
-            worker.conn.send_bytes(_dumps((self._specs, arena.size, self.close_timeout, self._spin.window)))
-            reduction.send_handle(worker.conn, arena.fd, worker.pid)
+            if not worker.alive or worker.sock is None:
+                continue
+            try:
+                # one byte carries the descriptor; it is the first thing ever written to this
+                # socket, so the socket's empty buffer takes it at once
+                socket.send_fds(worker.sock, [b"\0"], [arena.fd])
+            except (BrokenPipeError, ConnectionResetError):
+                continue  # the worker died: its pidfd / socket EOF reports it
+            except OSError as exc:
+                self._stop(worker, f"could not be handed the shared memory ({exc!r})")
+                continue
+            self._send(worker, specs)
 
     def _spawn(self, workers: list[_Worker]) -> None:
         for worker in workers:
@@ -181,7 +201,8 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
                 raise
             finally:
                 theirs.close()
-            worker.conn = Connection(ours.detach())
+            ours.setblocking(False)
+            worker.sock, worker.fd, worker.reader = ours, ours.fileno(), FrameReader(ours)
             if hasattr(os, "pidfd_open"):
                 with contextlib.suppress(OSError):
                     worker.pidfd = os.pidfd_open(worker.pid)
@@ -189,42 +210,61 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
     # -- completions --------------------------------------------------------------------
 
     def _on_readable(self, worker: _Worker) -> None:
-        conn = worker.conn
-        if conn is None:
+        reader = worker.reader
+        if reader is None or not worker.alive:
             return
-        # One message per call: the loop calls again while the pipe stays readable, so no
-        # extra poll() syscalls; the fd is blocking, so a message that is still arriving is
-        # read whole.
+        # One read per call (the loop calls again while the socket stays readable, so no
+        # extra syscall to find it empty); whatever it completes is handled now, and a
+        # message still arriving waits in the reader.
         try:
-            message = pickle.loads(conn.recv_bytes())
-            if worker.built is not None and not worker.built.done():
-                tag, value = message
-                if tag == "built":
-                    worker.built.set_result(value)
-                else:
-                    worker.built.set_exception(value)
+            if not reader.receive():
+                self._lost(worker)
                 return
-            in_flight = worker.in_flight
-            if worker.sent_at:  # one answer per command, in order
-                self._spin.record(time.perf_counter() - worker.sent_at.popleft())
-            if type(message) is tuple:  # plain answers, packed: held whole (see run_whole)
-                for i in message[1]:  # pyright: ignore[reportUnknownVariableType]
-                    in_flight.pop(i, None)  # pyright: ignore[reportUnknownArgumentType]
-                self._push_packed(message)  # pyright: ignore[reportUnknownArgumentType]
-                return
-            completions = unpack(message)
-            for completion in completions:
-                in_flight.pop(completion.env_index, None)
-            self._push(completions)
-        except (EOFError, OSError):
+        except BlockingIOError:
+            return
+        except OSError:
             self._lost(worker)
-        except Exception as exc:  # a message we cannot read: the worker cannot be trusted any more
-            self._stop(worker, f"sent a message that could not be read ({exc!r})")
+            return
+        self._handle_frames(worker, reader)
+
+    def _handle_frames(self, worker: _Worker, reader: FrameReader) -> None:
+        """Handle every message ``reader`` holds whole, in order, while ``worker`` is trusted."""
+        while worker.alive and (data := reader.next()) is not None:
+            try:
+                self._handle(worker, pickle.loads(data))
+            except Exception as exc:  # a message we cannot read: the worker cannot be trusted any more
+                self._stop(worker, f"sent a message that could not be read ({exc!r})")
+
+    def _handle(self, worker: _Worker, message: Any) -> None:
+        if worker.built is not None and not worker.built.done():
+            tag, value = message
+            if tag == "built":
+                worker.built.set_result(value)
+            else:
+                worker.built.set_exception(value)
+            return
+        in_flight = worker.in_flight
+        if worker.sent_at:  # one answer per command, in order
+            self._spin.record(time.perf_counter() - worker.sent_at.popleft())
+        if type(message) is tuple:  # plain answers, packed: held whole (see run_whole)
+            for i in message[1]:  # pyright: ignore[reportUnknownVariableType]
+                in_flight.pop(i, None)  # pyright: ignore[reportUnknownArgumentType]
+            self._push_packed(message)  # pyright: ignore[reportUnknownArgumentType]
+            return
+        completions = unpack(message)
+        for completion in completions:
+            in_flight.pop(completion.env_index, None)
+        self._push(completions)
 
     def _on_exit(self, worker: _Worker) -> None:
-        conn = worker.conn
-        while worker.alive and conn is not None and not conn.closed and conn.poll():
-            self._on_readable(worker)  # what it sent before dying is not lost
+        reader = worker.reader
+        while worker.alive and reader is not None:  # what it sent before dying is not lost
+            try:
+                if not reader.receive():
+                    break
+            except OSError:  # BlockingIOError: a process it started holds the socket open
+                break
+            self._handle_frames(worker, reader)
         self._lost(worker)
 
     def _lost(self, worker: _Worker, why: str = "died") -> None:
@@ -262,6 +302,8 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
 
     def _unwatch(self, worker: _Worker) -> None:
         loop = self._loop
+        self._stop_writing(worker)
+        worker.out.clear()  # nothing more goes to it
         for fd in [fd for fd, (_, owner) in self._watched.items() if owner is worker]:
             del self._watched[fd]
             self._poller.unregister(fd)
@@ -269,11 +311,11 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
                 loop.remove_reader(fd)
 
     def wait_outside_loop(self, timeout: float) -> None:
-        """Read the workers' pipes and pidfds here, as the loop's readers do, until what
-        arrived wakes a waiter (see ``_wakes_a_waiter``) or ``timeout`` seconds pass; at
-        once if no command is in flight."""
+        """Read the workers' sockets and pidfds here, and write what waits to go out, as the
+        loop's readers and writers do, until what arrived wakes a waiter (see
+        ``_wakes_a_waiter``) or ``timeout`` seconds pass; at once if no command is in flight."""
         deadline = time.perf_counter() + timeout
-        watched, poll = self._watched, self._poller.poll
+        watched, writing, poll = self._watched, self._writing, self._poller.poll
         spin: SpinWait | None = self._spin  # the first wait polls before it sleeps
         while not self._wakes_a_waiter() and any(w.in_flight for w in self._workers):
             left = deadline - time.perf_counter()
@@ -281,10 +323,69 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
                 return
             ready = spin.poll(poll, deadline) if spin is not None else []
             spin = None
-            for fd, _ in ready or poll(left * 1e3):
-                if fd in watched:
+            for fd, events in ready or poll(left * 1e3):
+                if events & select.POLLOUT and fd in writing:
+                    self._on_writable(writing[fd])
+                if events & ~select.POLLOUT and fd in watched:  # in, or the other end closed
                     callback, worker = watched[fd]
                     callback(worker)
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _send(self, worker: _Worker, data: bytes) -> None:
+        """Write ``data`` (framed) to ``worker``: now, as far as its socket takes it; the rest
+        from the loop as the socket drains (:meth:`_on_writable`). Never waits."""
+        out = worker.out
+        if out:  # bytes before it are still waiting: it goes after them
+            out += data
+            return
+        assert worker.sock is not None
+        try:
+            sent = worker.sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            return  # the worker died: its pidfd / socket EOF reports the envs in flight
+        if sent < len(data):
+            out += memoryview(data)[sent:]
+            self._start_writing(worker)
+
+    def _on_writable(self, worker: _Worker) -> None:
+        out, sock = worker.out, worker.sock
+        if not out or sock is None:
+            self._stop_writing(worker)
+            return
+        try:
+            sent = sock.send(out)
+        except BlockingIOError:
+            return
+        except OSError:  # the worker died: nothing more goes to it (its EOF and pidfd report it)
+            out.clear()
+            self._stop_writing(worker)
+            return
+        del out[:sent]
+        if not out:
+            self._stop_writing(worker)
+
+    def _start_writing(self, worker: _Worker) -> None:
+        fd = worker.fd
+        if fd in self._writing or fd not in self._watched:
+            return
+        self._writing[fd] = worker
+        self._poller.modify(fd, select.POLLIN | select.POLLOUT)
+        assert self._loop is not None
+        self._loop.add_writer(fd, self._on_writable, worker)
+
+    def _stop_writing(self, worker: _Worker) -> None:
+        fd = worker.fd
+        if self._writing.get(fd) is not worker:
+            return
+        del self._writing[fd]
+        if fd in self._watched:
+            self._poller.modify(fd, select.POLLIN)
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.remove_writer(fd)
 
     # -- commands -------------------------------------------------------------------------
 
@@ -297,16 +398,12 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
             worker.sent_at.append(sent_at)
             for i in part.env_indices:
                 worker.in_flight[i] = kind
-            assert worker.conn is not None
             message = worker.pickled.get(kind) if same else None
             if message is None:
-                message = _dumps(part)
+                message = frame(_dumps(part))
                 if same:
                     worker.pickled[kind] = message
-            try:
-                worker.conn.send_bytes(message)
-            except OSError:
-                pass  # the worker died: its pidfd / pipe EOF reports the envs in flight
+            self._send(worker, message)
         self._keep_loop_polling(sent_at)
 
     def _keep_loop_polling(self, now: float) -> None:
@@ -342,10 +439,11 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
         return super()._successor(dead)
 
     def _release(self, worker: _Worker) -> None:
-        """Close what the parent holds of a dead worker (its pipe and pidfd)."""
+        """Close what the parent holds of a dead worker (its socket and pidfd)."""
         self._unwatch(worker)
-        if worker.conn is not None:
-            worker.conn.close()
+        if worker.sock is not None:
+            worker.sock.close()
+            worker.sock, worker.fd, worker.reader = None, -1, None
         if worker.pidfd >= 0:
             os.close(worker.pidfd)
             worker.pidfd = -1
@@ -359,11 +457,8 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
         self._closing = True
         try:
             for worker in self._workers:
-                if worker.alive and worker.conn is not None:
-                    try:
-                        worker.conn.send_bytes(_dumps(None))
-                    except OSError:
-                        pass
+                if worker.alive and worker.sock is not None:
+                    self._send(worker, _STOP)
             await self._wait_exit(self.close_timeout)
             self._reap([w for w in self._workers if w.alive], self.close_timeout)
             # also the workers given up on before (a timeout), still closing their envs
