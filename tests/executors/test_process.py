@@ -159,8 +159,9 @@ async def test_a_restart_cut_short_by_close_logs_no_unretrieved_error(tmp_path, 
     async with AsyncEnvPool(env_fns, executor=executor, on_error="restart") as pool:
         await pool.reset()
         armed.touch()
-        await pool.async_step_send(actions([1, 2], env_index=[0, 1]))
+        # killed before the step goes out: an echo step is answered faster than a kill lands
         os.kill(executor.pids[0], signal.SIGKILL)
+        await pool.async_step_send(actions([1, 2], env_index=[0, 1]))
         for _ in range(2):
             with pytest.raises(EnvCrashedError):
                 await pool.async_step_recv(min_get=1)

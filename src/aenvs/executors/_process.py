@@ -156,8 +156,15 @@ class ProcessExecutor(WorkerGroupExecutor[_Worker]):
     async def _start_workers(self, workers: list[_Worker]) -> dict[int, EnvSpec]:
         loop = self._loop
         assert loop is not None
-        # starting processes blocks (the forkserver's first start imports modules): off the loop
-        await asyncio.to_thread(self._spawn, workers)
+        # starting processes blocks (the forkserver's first start imports modules): off the loop.
+        # A cancel (the pool closing during a restart) waits for the thread's forks to end, so
+        # that every worker it started has its pid when the caller stops them
+        spawning = asyncio.ensure_future(asyncio.to_thread(self._spawn, workers))
+        try:
+            await asyncio.shield(spawning)
+        except asyncio.CancelledError:
+            await asyncio.wait([spawning])
+            raise
         for worker in workers:
             worker.built = loop.create_future()
             worker.exited = loop.create_future()
