@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -147,8 +148,11 @@ class RawClient:
         self.ws = ws
 
     @classmethod
-    async def connect(cls, url: str) -> RawClient:
-        return cls(await connect(url, proxy=None, compression=None))
+    async def connect(
+        cls, url: str, *, headers: dict[str, str] | None = None, tls: ssl.SSLContext | None = None
+    ) -> RawClient:
+        options: dict[str, Any] = {} if tls is None else {"ssl": tls}  # none: the scheme's default
+        return cls(await connect(url, proxy=None, compression=None, additional_headers=headers, **options))
 
     async def send(self, message: dict[str, Any] | str | bytes) -> None:
         await self.ws.send(message if isinstance(message, str | bytes) else json.dumps(message))

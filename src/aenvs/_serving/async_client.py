@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
+from ssl import SSLContext
 from typing import Any, Self
 
 from gymnasium import spaces
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-from aenvs._serving.client_base import ClientCore, connect_options
+from aenvs._serving.client_base import ClientCore
 from aenvs._serving.protocol import MAX_MESSAGE_SIZE, PolicyServerError, ProtocolError, loads
 
 __all__ = ["AsyncPolicyClient"]
@@ -44,12 +45,15 @@ class AsyncPolicyClient:
         *,
         observation_space: spaces.Space[Any] | None = None,
         action_space: spaces.Space[Any] | None = None,
+        token: str | None = None,
+        ssl: SSLContext | None = None,
         open_timeout: float | None = 10.0,
         max_message_size: int = MAX_MESSAGE_SIZE,
     ) -> None:
-        self._core = ClientCore(url, observation_space, action_space)
+        self._core = ClientCore(
+            url, observation_space, action_space, token=token, ssl=ssl, max_message_size=max_message_size
+        )
         self._open_timeout = open_timeout
-        self._max_size = max_message_size
         self._ws: ClientConnection | None = None
         self._reader: asyncio.Task[None] | None = None
         self._pending: dict[str, asyncio.Future[Any]] = {}
@@ -122,10 +126,10 @@ class AsyncPolicyClient:
                 if self._ws is None:
                     try:
                         ws = await connect(
-                            self._core.url, open_timeout=self._open_timeout, **connect_options(self._max_size)
+                            self._core.url, open_timeout=self._open_timeout, **self._core.connect_options
                         )
                     except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as exc:
-                        raise self._core.closed(OSError(str(exc))) from exc
+                        raise self._core.unreachable(exc) from exc
                     self._ws = ws
                     self._reader = asyncio.create_task(self._read(ws))
         return self._ws

@@ -5,21 +5,16 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Mapping
+from ssl import SSLContext
 from typing import Any, cast
 
 from gymnasium import spaces
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from aenvs._serving.auth import bearer, resolve_token
 from aenvs._serving.protocol import PolicyServerError, decode, dumps, encode, plain_json
 
-__all__ = ["ClientCore", "connect_options"]
-
-
-def connect_options(max_message_size: int) -> dict[str, Any]:
-    """The websocket options of both clients: no proxy (a loopback server behind an
-    ``http_proxy`` of the environment would be unreachable), no compression (small JSON
-    messages, where latency counts)."""
-    return {"proxy": None, "compression": None, "max_size": max_message_size}
+__all__ = ["ClientCore"]
 
 
 class ClientCore:
@@ -31,16 +26,39 @@ class ClientCore:
     """
 
     def __init__(
-        self, url: str, observation_space: spaces.Space[Any] | None, action_space: spaces.Space[Any] | None
+        self,
+        url: str,
+        observation_space: spaces.Space[Any] | None,
+        action_space: spaces.Space[Any] | None,
+        *,
+        token: str | None,
+        ssl: SSLContext | None,
+        max_message_size: int,
     ) -> None:
         if not isinstance(cast(object, url), str) or not url.startswith(("ws://", "wss://")):
             raise ValueError(f"url must be a ws:// or wss:// address (EnvServer.url), got {url!r}")
         for name, space in (("observation_space", observation_space), ("action_space", action_space)):
             if space is not None and not isinstance(cast(object, space), spaces.Space):
                 raise TypeError(f"{name} must be a gymnasium space or None, got {type(space).__name__}")
+        if ssl is not None:
+            if not isinstance(cast(object, ssl), SSLContext):
+                raise TypeError(f"ssl must be an ssl.SSLContext or None, got {type(ssl).__name__}")
+            if not url.startswith("wss://"):
+                raise ValueError(f"ssl= is for a wss:// address (a server with TLS), got {url!r}")
         self.url = url
         self._observation_space = observation_space
         self._action_space = action_space
+        # the websocket options of both clients: the token in the handshake; no proxy (a
+        # loopback server behind an http_proxy of the environment would be unreachable); no
+        # compression (small JSON messages, where latency counts)
+        self.connect_options: dict[str, Any] = {
+            "additional_headers": bearer(resolve_token(token)),
+            "proxy": None,
+            "compression": None,
+            "max_size": max_message_size,
+        }
+        if ssl is not None:
+            self.connect_options["ssl"] = ssl
         self.failure: PolicyServerError | None = None  # once set, every call raises it
         self.aborted: dict[str, str] = {}  # episodes the trainer gave up: why
 
@@ -122,11 +140,27 @@ class ClientCore:
             self.aborted.setdefault(str(message.get("episode_id")), str(message.get("reason")))
         elif kind == "error":
             self.fail(
-                PolicyServerError(f"the server refused a message of this client: {message.get('message')}")
+                PolicyServerError(f"the server closed this client's connection: {message.get('message')}")
             )
         else:
             self.fail(PolicyServerError(f"the server sent an unknown message: {message!r}"))
         return None
+
+    def unreachable(self, exc: Exception) -> PolicyServerError:
+        """The failure a connection that could not open is: the server refused the handshake
+        (a missing or wrong token: its reason), or could not be reached."""
+        if isinstance(exc, InvalidStatus):
+            response = exc.response
+            why = (
+                response.body.decode("utf-8", "replace").strip() if response.body else response.reason_phrase
+            )
+            failure = PolicyServerError(
+                f"the server at {self.url} refused this client (HTTP {response.status_code}): {why}"
+            )
+            failure.__cause__ = exc
+            self.fail(failure)
+            return failure
+        return self.closed(OSError(str(exc)))
 
     def closed(self, exc: ConnectionClosed | OSError) -> PolicyServerError:
         """The failure a closed (or unreachable) connection is, kept for every later call."""

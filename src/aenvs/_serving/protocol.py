@@ -1,5 +1,10 @@
 """The wire protocol between an :class:`~aenvs.EnvServer` and its policy clients.
 
+A client opens a websocket to the server (``ws://``, or ``wss://`` for a server with TLS).
+A server with a token accepts only an opening request with the header ``Authorization:
+Bearer <token>``; it answers any other with HTTP 401 and a line saying why, and the
+connection never opens.
+
 Every message is one websocket text frame holding a JSON object with a ``"type"``.
 Client to server (none is answered except ``get_action``, so a client never waits for
 anything but its actions):
@@ -13,16 +18,22 @@ anything but its actions):
 Server to client, besides actions: ``{"type": "episode_aborted", "episode_id": str,
 "reason": str}`` when the trainer gave an episode up (its pool reset it or closed, or a
 step outlived ``step_timeout``), and ``{"type": "error", "message": str}`` before the
-server closes a connection that broke the protocol.
+server closes a connection (close code 1008) that broke the protocol or went over one of
+the server's limits (episodes open at once, messages a second, idle time). The websocket
+layer itself closes a connection that sends a message larger than the server's
+``max_message_size`` (1009) or a text frame that is not UTF-8 (1007).
 
 A value (observation or action) is one sample of its gymnasium space as JSON: what the
 space's ``to_jsonable`` gives for it (numbers, nested lists for arrays, strings), a JSON
-object for a ``Dict`` space and a list for a ``Tuple`` space. Nothing is ever pickled.
+object for a ``Dict`` space and a list for a ``Tuple`` space. Nothing is ever pickled. An
+``info`` nests at most :data:`MAX_INFO_DEPTH` objects and lists, and its integers fit in
+64 bits (it becomes tensors and tensordict entries).
 """
 
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -32,9 +43,12 @@ from gymnasium import spaces
 from aenvs._errors import AenvsError
 
 __all__ = [
+    "MAX_INFO_DEPTH",
     "MAX_MESSAGE_SIZE",
     "PolicyServerError",
     "ProtocolError",
+    "brief",
+    "check_info",
     "decode",
     "dumps",
     "encode",
@@ -46,9 +60,15 @@ __all__ = [
 MAX_MESSAGE_SIZE = 2**24
 """Bytes a message may hold by default, each way (text observations can be long)."""
 
+MAX_INFO_DEPTH = 32
+"""Objects and lists an ``info`` may nest (the pool turns nested objects into nested tensordicts)."""
+
+_INT64 = range(-(2**63), 2**63)
+
 
 class PolicyServerError(AenvsError):
-    """A policy client's call failed: the server refused a message, gave the episode up, or went away.
+    """A policy client's call failed: the server refused the client or closed its connection,
+    gave the episode up, or went away.
 
     Example:
         >>> from aenvs import AenvsError, PolicyServerError
@@ -103,21 +123,21 @@ def decode(space: spaces.Space[Any], value: Any) -> Any:
     if isinstance(space, spaces.Dict):
         if not isinstance(value, dict) or set(cast("dict[str, Any]", value)) != set(_dict_spaces(space)):
             raise ValueError(
-                f"expected an object with the keys {sorted(_dict_spaces(space))}, got {_short(value)}"
+                f"expected an object with the keys {sorted(_dict_spaces(space))}, got {brief(value)}"
             )
         items = cast("dict[str, Any]", value)
         return {key: decode(sub, items[key]) for key, sub in _dict_spaces(space).items()}
     if isinstance(space, spaces.Tuple):
         if not isinstance(value, list) or len(cast("list[Any]", value)) != len(_tuple_spaces(space)):
-            raise ValueError(f"expected a list of {len(_tuple_spaces(space))} items, got {_short(value)}")
+            raise ValueError(f"expected a list of {len(_tuple_spaces(space))} items, got {brief(value)}")
         return tuple(
             decode(sub, item)
             for sub, item in zip(_tuple_spaces(space), cast("list[Any]", value), strict=True)
         )
     try:
         return space.from_jsonable([value])[0]
-    except (TypeError, ValueError, KeyError, IndexError) as exc:
-        raise ValueError(f"{_short(value)} is no sample of {space}: {exc}") from None
+    except Exception as exc:  # a space's from_jsonable on any JSON value: whatever it raises, it refused it
+        raise ValueError(f"{brief(value)} is no sample of {space}: {str(exc)[:160]}") from None
 
 
 def fits(space: spaces.Space[Any], value: Any) -> bool:
@@ -144,7 +164,43 @@ def fits(space: spaces.Space[Any], value: Any) -> bool:
             fits(sub, item)
             for sub, item in zip(_tuple_spaces(space), cast("tuple[Any, ...]", value), strict=True)
         )
-    return bool(space.contains(value))
+    try:
+        return bool(space.contains(value))
+    except (TypeError, ValueError, OverflowError):  # a value of a type the space never compares with
+        return False
+
+
+def check_info(info: Any) -> dict[str, Any] | None:
+    """An ``info`` a client logged, once checked: an object or null, nesting at most
+    :data:`MAX_INFO_DEPTH` objects and lists, its integers within 64 bits.
+
+    Raises ProtocolError naming what is wrong.
+
+    Example:
+        >>> check_info({"score": 3, "tags": ["a", "b"]})
+        {'score': 3, 'tags': ['a', 'b']}
+        >>> check_info({"score": 2**70})
+        Traceback (most recent call last):
+        ...
+        aenvs._serving.protocol.ProtocolError: log_returns: "info" holds the integer 1180591620717411303424, beyond 64 bits
+    """
+    if info is None:
+        return None
+    if not isinstance(info, dict):
+        raise ProtocolError(f'log_returns: "info" must be an object or null, got {brief(info)}')
+    stack: list[tuple[Any, int]] = [(info, 1)]
+    while stack:  # no recursion: a deeply nested info must not exhaust the stack
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > MAX_INFO_DEPTH:
+                raise ProtocolError(f'log_returns: "info" nests more than {MAX_INFO_DEPTH} objects and lists')
+            items = (
+                cast("dict[str, Any]", item).values() if isinstance(item, dict) else cast("list[Any]", item)
+            )
+            stack.extend((child, depth + 1) for child in items)
+        elif isinstance(item, int) and not isinstance(item, bool) and item not in _INT64:
+            raise ProtocolError(f'log_returns: "info" holds the integer {brief(item)}, beyond 64 bits')
+    return cast("dict[str, Any]", info)
 
 
 def plain_json(value: Any) -> Any:
@@ -187,13 +243,29 @@ def loads(text: str | bytes) -> dict[str, Any]:
         raise ProtocolError("messages are JSON text frames, got a binary frame")
     try:
         message = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ProtocolError(f"a message is not valid JSON ({exc}): {text[:80]!r}") from None
+    except RecursionError:
+        raise ProtocolError(
+            f"a message nests arrays or objects deeper than the JSON parser goes: {text[:80]!r}"
+        ) from None
+    except ValueError as exc:  # invalid JSON, or an integer longer than Python reads (4,300 digits)
+        raise ProtocolError(
+            f"a message is not valid JSON ({str(exc).split(';')[0]}): {text[:80]!r}"
+        ) from None
     if not isinstance(message, dict) or not isinstance(cast("dict[str, Any]", message).get("type"), str):
-        raise ProtocolError(f'a message must be a JSON object with a "type", got {_short(message)}')
+        raise ProtocolError(f'a message must be a JSON object with a "type", got {brief(message)}')
     return cast("dict[str, Any]", message)
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+_REPR = reprlib.Repr()  # bounded in depth and length, whatever a client sent
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict = 3, 6, 4
+_REPR.maxstring, _REPR.maxlong, _REPR.maxother = 60, 30, 60
+
+
+def brief(value: Any) -> str:
+    """A short repr of anything a client sent, for error messages (depth and length bounded).
+
+    Example:
+        >>> brief([[[[[1]]]]]), brief(10**100), len(brief("x" * 10_000))
+        ('[[[[...]]]]', '1000000000000...00000000000000', 60)
+    """
+    return _REPR.repr(value)

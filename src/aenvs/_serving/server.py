@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from ssl import SSLContext
 from typing import TYPE_CHECKING, Any, Self, cast
 
 from gymnasium import spaces
 from websockets.asyncio.server import Server, ServerConnection, serve as _listen
 
+from aenvs._serving.auth import TOKEN_ENV, Gate, is_loopback, resolve_token
 from aenvs._serving.connection import Connection, Registry
 from aenvs._serving.episodes import EpisodeQueue
+from aenvs._serving.limits import Limits
 from aenvs._serving.protocol import MAX_MESSAGE_SIZE
 from aenvs._serving.slot_env import SlotEnv, SlotFactory
 
@@ -18,7 +21,10 @@ if TYPE_CHECKING:
 
     from aenvs._pool import AsyncEnvPool
 
-__all__ = ["EnvServer", "serve"]
+__all__ = ["MAX_EPISODES_PER_CONNECTION", "EnvServer", "serve"]
+
+MAX_EPISODES_PER_CONNECTION = 1024
+"""Episodes one client connection may have open at once, by default."""
 
 
 class EnvServer:
@@ -29,7 +35,9 @@ class EnvServer:
     slots of the pool runs one client episode after another. Build it with
     :func:`aenvs.serve`; its pool with :meth:`pool` (or ``AsyncEnvPool(server.env_fns,
     executor="inline")``) inside ``async with server:``. The slots are coroutines on the
-    server's loop: only the inline executor runs them (others are refused).
+    server's loop: only the inline executor runs them (others are refused). Who may
+    connect (a token, TLS) and what a connection may do (its limits) are arguments of
+    :func:`aenvs.serve`.
 
     Example:
         >>> import asyncio, torch
@@ -63,19 +71,40 @@ class EnvServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
+        token: str | None = None,
+        ssl: SSLContext | None = None,
+        insecure: bool = False,
         max_message_size: int = MAX_MESSAGE_SIZE,
+        max_episodes_per_connection: int | None = MAX_EPISODES_PER_CONNECTION,
+        max_messages_per_second: float | None = None,
+        idle_timeout: float | None = None,
     ) -> None:
         if isinstance(num_envs, bool) or not isinstance(cast(object, num_envs), int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
         for name, space in (("observation_space", observation_space), ("action_space", action_space)):
             if not isinstance(cast(object, space), spaces.Space):
                 raise TypeError(f"{name} must be a gymnasium space, got {type(space).__name__}")
+        if not isinstance(cast(object, host), str):
+            raise TypeError(f"host must be a str, got {type(host).__name__}")
         if not isinstance(cast(object, port), int) or not 0 <= port < 65536:
             raise ValueError(f"port must be an int in [0, 65535] (0: pick a free one), got {port!r}")
+        if ssl is not None and not isinstance(cast(object, ssl), SSLContext):
+            raise TypeError(f"ssl must be an ssl.SSLContext or None, got {type(ssl).__name__}")
+        token = resolve_token(token)
+        if token is None and not insecure and not is_loopback(host):
+            raise ValueError(
+                f"host={host!r} is not a loopback address and the server has no token: anyone who "
+                "reaches it could start episodes, feed observations into the training data and read "
+                f"the policy's actions. Pass token= (or set {TOKEN_ENV}), with ssl= across networks "
+                "you do not trust; or insecure=True to serve it open all the same"
+            )
         self.num_envs = num_envs
         self.host = host
         self._port = port
+        self._gate = None if token is None else Gate(token)
+        self._ssl = ssl
         self._max_size = max_message_size
+        self._limits = Limits(max_episodes_per_connection, max_messages_per_second, idle_timeout)
         self._registry = Registry(observation_space, action_space)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: Server | None = None
@@ -118,13 +147,22 @@ class EnvServer:
 
     @property
     def url(self) -> str:
-        """``ws://host:port``, for the clients; known once the server started."""
+        """``ws://host:port`` (``wss://`` with TLS), for the clients; known once the server started.
+
+        A server listening on every interface (``host="0.0.0.0"``) gives that address: the
+        clients on other machines use a name or address of this one instead.
+        """
         if self._server is None:
             raise RuntimeError(
                 "the server is not started: use `async with server:` or `await server.start()`"
             )
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"ws://{host}:{self.port}"
+        return f"{'ws' if self._ssl is None else 'wss'}://{host}:{self.port}"
+
+    @property
+    def requires_token(self) -> bool:
+        """Whether clients must send the server's token (see :func:`aenvs.serve`)."""
+        return self._gate is not None
 
     @property
     def num_connections(self) -> int:
@@ -164,6 +202,8 @@ class EnvServer:
                 self._handle,
                 self.host,
                 self._port,
+                process_request=self._gate,
+                ssl=self._ssl,
                 compression=None,
                 max_size=self._max_size,
             )
@@ -193,7 +233,7 @@ class EnvServer:
         return f"EnvServer(num_envs={self.num_envs}, {state})"
 
     async def _handle(self, ws: ServerConnection) -> None:
-        connection = Connection(ws, self._registry)
+        connection = Connection(ws, self._registry, self._limits)
         self._connections.add(connection)
         try:
             await connection.serve()
@@ -213,25 +253,64 @@ def serve(
     *,
     host: str = "127.0.0.1",
     port: int = 0,
+    token: str | None = None,
+    ssl: SSLContext | None = None,
+    insecure: bool = False,
     max_message_size: int = MAX_MESSAGE_SIZE,
+    max_episodes_per_connection: int | None = MAX_EPISODES_PER_CONNECTION,
+    max_messages_per_second: float | None = None,
+    idle_timeout: float | None = None,
 ) -> EnvServer:
     """A server for simulators that connect in; start it with ``async with``.
+
+    Clients that break the protocol or go over a limit get an error message and their
+    connection closes (1008); the server, the pool and the other clients carry on.
 
     Args:
         num_envs: env slots of its pool: client episodes running at once (more queue).
         observation_space: the gymnasium space of the clients' observations.
         action_space: the gymnasium space of the actions they get.
-        host: the interface to listen on (loopback by default; the protocol has no
-            authentication: put it behind one before exposing it).
+        host: the interface to listen on: loopback by default; ``"0.0.0.0"`` (every
+            interface) or an address of the machine to let other machines in, which needs
+            a ``token`` (or ``insecure=True``).
         port: the port, or 0 to pick a free one (see :attr:`EnvServer.url`).
-        max_message_size: bytes a message may hold; a larger one closes its connection.
+        token: a shared secret every client must send (``Authorization: Bearer <token>`` in
+            the websocket handshake; the aenvs clients take the same ``token=``); checked once
+            per connection in constant time, a client without it or with another is refused
+            with HTTP 401 before its connection opens. None: the ``AENVS_SERVE_TOKEN``
+            environment variable's, if set (so that it stays out of scripts), else none.
+        ssl: an :class:`ssl.SSLContext` with the server's certificate and key: clients
+            connect with ``wss://`` (and the token travels encrypted).
+        insecure: serve a non-loopback ``host`` without a token (anyone who reaches the
+            port can start episodes and read actions); refused unless set.
+        max_message_size: bytes a message may hold; a larger one closes its connection (1009).
+        max_episodes_per_connection: episodes a connection may have open at once (None:
+            no limit).
+        max_messages_per_second: messages a connection may send a second, in bursts of up to
+            a second's worth (None: no limit).
+        idle_timeout: seconds a connection may stay silent (nothing either way) while none of
+            its episodes waits for an action (None: no limit; the websocket pings still find
+            vanished peers within about 40 s).
 
     Example:
         >>> from gymnasium import spaces
         >>> import aenvs
         >>> aenvs.serve(4, spaces.Text(100), spaces.Text(100))
         EnvServer(num_envs=4, not started)
+        >>> aenvs.serve(4, spaces.Text(100), spaces.Text(100), host="0.0.0.0", token="s3cret-Ahx8").requires_token
+        True
     """
     return EnvServer(
-        num_envs, observation_space, action_space, host=host, port=port, max_message_size=max_message_size
+        num_envs,
+        observation_space,
+        action_space,
+        host=host,
+        port=port,
+        token=token,
+        ssl=ssl,
+        insecure=insecure,
+        max_message_size=max_message_size,
+        max_episodes_per_connection=max_episodes_per_connection,
+        max_messages_per_second=max_messages_per_second,
+        idle_timeout=idle_timeout,
     )

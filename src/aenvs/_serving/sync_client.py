@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from ssl import SSLContext
 from typing import Any, Self, cast
 
 from gymnasium import spaces
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 from websockets.sync.client import ClientConnection, connect
 
-from aenvs._serving.client_base import ClientCore, connect_options
+from aenvs._serving.client_base import ClientCore
 from aenvs._serving.protocol import MAX_MESSAGE_SIZE, PolicyServerError, ProtocolError, loads
 
 __all__ = ["PolicyClient"]
@@ -25,16 +26,22 @@ class PolicyClient:
     each thread that runs episodes at the same time a client of its own (or use
     :class:`~aenvs.AsyncPolicyClient`, which runs any number concurrently).
 
-    A failure is a :class:`~aenvs.PolicyServerError`: the server refused a message (then
-    closed the connection), gave the episode up (its pool reset it, closed, or a step
-    outlived the pool's ``step_timeout``: that episode's calls fail, the client carries on),
-    or the connection closed (every later call fails).
+    A failure is a :class:`~aenvs.PolicyServerError`: the server refused this client (a
+    missing or wrong token), closed its connection (a message that broke the protocol, a
+    limit passed), gave the episode up (its pool reset it, closed, or a step outlived the
+    pool's ``step_timeout``: that episode's calls fail, the client carries on), or the
+    connection closed (every later call fails).
 
     Args:
-        url: the server's :attr:`~aenvs.EnvServer.url`.
+        url: the server's :attr:`~aenvs.EnvServer.url` (``wss://`` for a server with TLS).
         observation_space: encode observations with it (else arrays go as plain lists).
         action_space: decode actions with it (else they come as JSON: an int for
             ``Discrete``, a list for ``Box``).
+        token: the server's token, if it has one (None: the ``AENVS_SERVE_TOKEN``
+            environment variable's, if set).
+        ssl: the :class:`ssl.SSLContext` to check the server's certificate with, for a
+            ``wss://`` url (None: the system's trusted authorities); for a self-signed
+            certificate, ``ssl.create_default_context(cafile="cert.pem")``.
         open_timeout: seconds connecting may take.
         max_message_size: bytes a message from the server may hold.
 
@@ -50,12 +57,15 @@ class PolicyClient:
         *,
         observation_space: spaces.Space[Any] | None = None,
         action_space: spaces.Space[Any] | None = None,
+        token: str | None = None,
+        ssl: SSLContext | None = None,
         open_timeout: float | None = 10.0,
         max_message_size: int = MAX_MESSAGE_SIZE,
     ) -> None:
-        self._core = ClientCore(url, observation_space, action_space)
+        self._core = ClientCore(
+            url, observation_space, action_space, token=token, ssl=ssl, max_message_size=max_message_size
+        )
         self._open_timeout = open_timeout
-        self._max_size = max_message_size
         self._ws: ClientConnection | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -116,12 +126,10 @@ class PolicyClient:
             try:
                 ws = cast(
                     "ClientConnection",
-                    connect(
-                        self._core.url, open_timeout=self._open_timeout, **connect_options(self._max_size)
-                    ),
+                    connect(self._core.url, open_timeout=self._open_timeout, **self._core.connect_options),
                 )
             except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as exc:
-                raise self._core.closed(OSError(str(exc))) from exc
+                raise self._core.unreachable(exc) from exc
             # held as a context manager (close() ends it): websockets 17 deprecates using the
             # connection otherwise, and its opt-out (legacy=True) is unknown to older versions
             ws.__enter__()
