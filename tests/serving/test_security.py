@@ -25,7 +25,11 @@ async def play_one(server: aenvs.EnvServer, client: AsyncPolicyClient | PolicyCl
     trainer's actions and the trainer every step."""
     async with server.pool() as pool:
         task = asyncio.create_task(run_client(client, "ok", [(2, False)]))
-        trained = await train(pool, 1)
+        try:
+            trained = await train(pool, 1)
+        except BaseException:
+            task.cancel()  # the client's own failure, if any, is what the test reports
+            raise
         async with asyncio.timeout(WAIT):
             sent = await task
     assert trained.steps == sent
@@ -176,3 +180,6 @@ async def test_a_client_that_does_not_trust_the_certificate_or_skips_tls_cannot_
         PolicyClient("ws://127.0.0.1:1", ssl=certificate.client)
     with pytest.raises(TypeError, match=r"ssl must be an ssl\.SSLContext"):
         aenvs.serve(1, TEXT, TEXT, ssl="cert.pem")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="ssl is a client context"):
+        aenvs.serve(1, TEXT, TEXT, ssl=certificate.client)
+    assert certificate.server.num_tickets == 0  # turned off by the servers above

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from ssl import SSLContext
+import contextlib
+from ssl import PROTOCOL_TLS_CLIENT, SSLContext
 from typing import TYPE_CHECKING, Any, Self, cast
 
 from gymnasium import spaces
@@ -88,8 +89,8 @@ class EnvServer:
             raise TypeError(f"host must be a str, got {type(host).__name__}")
         if not isinstance(cast(object, port), int) or not 0 <= port < 65536:
             raise ValueError(f"port must be an int in [0, 65535] (0: pick a free one), got {port!r}")
-        if ssl is not None and not isinstance(cast(object, ssl), SSLContext):
-            raise TypeError(f"ssl must be an ssl.SSLContext or None, got {type(ssl).__name__}")
+        if ssl is not None:
+            _serve_tls(ssl)
         token = resolve_token(token)
         if token is None and not insecure and not is_loopback(host):
             raise ValueError(
@@ -241,6 +242,25 @@ class EnvServer:
             self._connections.discard(connection)
 
 
+def _serve_tls(context: SSLContext) -> None:
+    """Check a server's TLS context, and turn its TLS 1.3 session tickets off.
+
+    The clients never resume a session, and a ticket arriving right after the handshake is
+    read by the synchronous client's reader thread while its caller writes the opening
+    request: OpenSSL does not allow the two at once on one connection (a rare "[SSL] internal
+    error" on connecting).
+    """
+    if not isinstance(cast(object, context), SSLContext):
+        raise TypeError(f"ssl must be an ssl.SSLContext or None, got {type(context).__name__}")
+    if context.protocol == PROTOCOL_TLS_CLIENT:
+        raise ValueError(
+            "ssl is a client context: a server's is ssl.create_default_context(ssl.Purpose.CLIENT_AUTH) "
+            "with load_cert_chain(certfile, keyfile)"
+        )
+    with contextlib.suppress(ValueError):  # a context of the old generic protocol keeps its tickets
+        context.num_tickets = 0
+
+
 _INLINE_ONLY = (
     "the envs of an EnvServer are coroutines on the server's event loop, which only the inline executor runs"
 )
@@ -279,8 +299,11 @@ def serve(
             per connection in constant time, a client without it or with another is refused
             with HTTP 401 before its connection opens. None: the ``AENVS_SERVE_TOKEN``
             environment variable's, if set (so that it stays out of scripts), else none.
-        ssl: an :class:`ssl.SSLContext` with the server's certificate and key: clients
-            connect with ``wss://`` (and the token travels encrypted).
+        ssl: an :class:`ssl.SSLContext` with the server's certificate and key
+            (``ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)``, then
+            ``load_cert_chain``): clients connect with ``wss://`` (and the token travels
+            encrypted). The server turns its TLS 1.3 session tickets off (``num_tickets =
+            0``): the clients never resume a session.
         insecure: serve a non-loopback ``host`` without a token (anyone who reaches the
             port can start episodes and read actions); refused unless set.
         max_message_size: bytes a message may hold; a larger one closes its connection (1009).
