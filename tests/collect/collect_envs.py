@@ -16,7 +16,8 @@ from aenvs import EnvContext
 class CountingEnv(gym.Env[np.ndarray, Any]):
     """Observation ``[env_index, episode, t, tag]``: its episode number (resets so far), the
     step within it and the task's ``"tag"`` option. An episode lasts ``options["length"]``
-    steps, else ``2 + (env_index + episode) % 4``. ``fail_at``: (episode, t) whose step raises."""
+    steps, else ``2 + (env_index + episode) % 4``. ``fail_at``: (episode, t) whose step raises;
+    ``options["fail_at"]``: the step t of this episode that raises."""
 
     observation_space = spaces.Box(-1, 10**6, (4,), np.int64)
     action_space = spaces.Discrete(2)
@@ -42,6 +43,8 @@ class CountingEnv(gym.Env[np.ndarray, Any]):
         self.t = 0
         self.tag = int(options.get("tag", -1))
         self.length = int(options.get("length", 2 + (self.index + self.episode) % 4))
+        if "fail_at" in options:
+            self.fail_at = (self.episode, int(options["fail_at"]))
         return self._obs(), {}
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -53,8 +56,9 @@ class CountingEnv(gym.Env[np.ndarray, Any]):
 
 
 class PromptEnv(gym.Env[str, str]):
-    """A text env: reset with ``options["prompt"]`` observes it; each step observes
-    ``"<prompt>|<t>|<action>"``; ``options["turns"]`` steps (default 3)."""
+    """A text env: reset with ``options["prompt"]`` (or a plain task, ``options["task"]``)
+    observes it; each step observes ``"<prompt>|<t>|<action>"``; ``options["turns"]`` steps
+    (default 3)."""
 
     observation_space = spaces.Text(256)
     action_space = spaces.Text(32)
@@ -69,7 +73,7 @@ class PromptEnv(gym.Env[str, str]):
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         options = options or {}
-        self.prompt = str(options.get("prompt", "hello"))
+        self.prompt = str(options.get("prompt", options.get("task", "hello")))
         self.turns = int(options.get("turns", 3))
         self.t = 0
         return self.prompt, {}

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Generic, Literal, Self, TypeVar, cast, overload
 
 from aenvs._collect.driver import Driver, Settings
 from aenvs._collect.outputs import Episode, FrameBatch
-from aenvs._collect.plan import EpisodePlan, Tasks
+from aenvs._collect.plan import EpisodePlan, Tasks, check_tasks
 from aenvs._collect.policy import Policy
-from aenvs._env import EnvState
+from aenvs._collect.running import Running
+from aenvs._errors import EnvBusyError, EnvError, PoolClosedError
 from aenvs._pool import AsyncEnvPool
+from aenvs._pool.holding import acting_context
 from aenvs._sync import BatchedEnv
 
 __all__ = ["Collector", "collect"]
 
-Collected = Episode | FrameBatch
 T = TypeVar("T", Episode, FrameBatch, Episode | FrameBatch)
 
 
@@ -106,9 +106,11 @@ def collect(
             Its envs must have nothing in flight.
         policy: called with a TensorDict of the envs ready to act (their observations,
             ``"env_index"``, ``"episode"``); writes ``"action"`` into it, returns a TensorDict
-            holding ``"action"`` (and anything else to keep, such as log-probs), or returns the
-            actions one per row (text, numbers, tensors). An ``async def`` policy (an inference
-            server's client) is awaited, so policy calls overlap the envs' steps.
+            (or a dict of entries, a row per env) holding ``"action"`` (and anything else to
+            keep, such as log-probs), or returns the actions one per row (text, numbers,
+            tensors). It must leave ``"env_index"`` and ``"episode"`` as given. An ``async
+            def`` policy (an inference server's client) is awaited, so policy calls overlap
+            the envs' steps.
         frames_per_batch: yield :class:`FrameBatch` es of this many transitions (TorchRL's
             collectors' batches), in the order they completed.
         episodes: yield each finished :class:`Episode` (default: when ``frames_per_batch`` is
@@ -117,9 +119,12 @@ def collect(
         max_wait: once a slot is free and an env is ready, wait up to this many seconds for
             the batch to fill to ``max_batch`` (RLlib's ``remote_env_batch_wait_ms``).
         max_policy_calls: policy calls in flight at once.
-        tasks: reset options per episode: ``tasks(env_index, episode_number_of_that_env)``,
-            or an iterable of them taken as episodes start (a dataset of prompts; the
-            collection ends when it is exhausted and the episodes running have finished).
+        tasks: the task of each episode: ``tasks(env_index, episode_number_of_that_env)``, or
+            an iterable of them taken as episodes start (a dataset of prompts; the collection
+            ends when it is exhausted and the episodes running have finished). A task that
+            is a dict is the episode's reset options; any other value (a prompt string, an
+            id) is passed as ``options={"task": value}``; None resets without options.
+            :attr:`Collector.unfinished_tasks` lists those taken and not handed out.
         total_episodes: episodes to run in all, then end.
         episodes_per_env: episodes to run per env, then end.
         total_frames: end after yielding this many transitions in frame batches.
@@ -128,10 +133,14 @@ def collect(
             episodes in all, then listed in :attr:`Collector.failed_tasks`; the env is reset
             for a new one, and an env whose reset fails gets no more episodes).
 
-    Breaking out of the loop, cancelling it or calling :meth:`Collector.aclose` stops the
-    collection: what was yielded is yours, the steps still in flight are abandoned (the pool
-    drops their results when they arrive, see :meth:`AsyncEnvPool.abandon`) and the pool is
-    usable at once (its whole-batch calls wait for those results first).
+    The collector works while you wait for its next item: between two items nothing new
+    starts (no policy call, no step, no task taken), so a ``break`` stops it where it is,
+    however the collector is held. It holds the pool meanwhile: your next pool call (a
+    ``pool.reset()``, a new collector) receives the steps it still had in flight, keeps
+    their results, and stops it, so the pool is usable on the next line; ``get_attr``,
+    ``call`` and ``set_attr`` only pause it. Cancelling the loop or :meth:`Collector.aclose`
+    stops it at once: the steps in flight are abandoned (the pool drops their results when
+    they arrive, see :meth:`AsyncEnvPool.abandon`; its whole-batch calls wait for them).
 
     Example:
         >>> import asyncio
@@ -165,10 +174,14 @@ class Collector(Generic[T]):
     """The iterator :func:`collect` returns: ``async for`` over an AsyncEnvPool, ``for`` over a
     SerialEnv / ParallelEnv. Also an (async) context manager that stops it on exit.
 
+    It works while you wait for its next item, and holds the pool meanwhile: your own pool
+    calls take it back (see :func:`collect`).
+
     Attributes:
         steps: env steps recorded so far.
         episodes_started: episodes started so far.
         failed_tasks: tasks given up (``on_env_error="skip"``).
+        unfinished_tasks: tasks taken whose episodes were not handed out (nor given up).
 
     Example:
         >>> import aenvs
@@ -212,16 +225,18 @@ class Collector(Generic[T]):
             episodes = frames_per_batch is None
         if not episodes and frames_per_batch is None:
             raise ValueError("nothing to yield: episodes=False needs frames_per_batch")
+        check_tasks(tasks)
         self._shim = pool if isinstance(pool, BatchedEnv) else None
         self._pool: AsyncEnvPool = pool.pool if isinstance(pool, BatchedEnv) else pool
         self._policy = policy
         self._settings = Settings(
             max_batch, max_wait, max_policy_calls, frames_per_batch, episodes, total_frames, on_env_error
         )
-        self._tasks = tasks
-        self._budgets = (total_episodes, episodes_per_env)
+        self._plan = EpisodePlan(
+            self._pool.num_envs, tasks=tasks, total_episodes=total_episodes, episodes_per_env=episodes_per_env
+        )
         self._driver: Driver | None = None
-        self._run: _Run | None = None
+        self._run: Running | None = None
 
     @property
     def steps(self) -> int:
@@ -229,13 +244,41 @@ class Collector(Generic[T]):
 
     @property
     def episodes_started(self) -> int:
-        return 0 if self._driver is None else self._driver.plan.started
+        return self._plan.started
 
     @property
     def failed_tasks(self) -> list[Any]:
         """With ``on_env_error="skip"``: the tasks given up, after failing three episodes or
         with no env left to run them (every env's reset failed)."""
-        return [] if self._driver is None else list(self._driver.plan.failed)
+        return list(self._plan.failed)
+
+    @property
+    def unfinished_tasks(self) -> list[Any]:
+        """The tasks taken (from ``tasks``) whose episodes were not handed out, in the order
+        taken: the episodes running, cut short by a stop, or finished and not taken from the
+        collector yet. With :attr:`failed_tasks` and the tasks of the episodes handed out,
+        every task taken is in exactly one of the three; resume a dataset without a gap with
+        ``tasks=itertools.chain(collector.unfinished_tasks, rest)``.
+
+        Example:
+            >>> import asyncio, itertools
+            >>> import aenvs
+            >>> async def main():
+            ...     prompts = iter([f"p{k}" for k in range(100)])
+            ...     async with aenvs.AsyncEnvPool("CartPole-v1", num_envs=4, executor="inline") as pool:
+            ...         collector = aenvs.collect(pool, lambda td: [0] * td.batch_size[0], tasks=prompts)
+            ...         done = []
+            ...         async for episode in collector:
+            ...             done.append(episode.task)
+            ...             break
+            ...         await pool.reset()  # takes the pool back: the collector stops
+            ...         rest = itertools.chain(collector.unfinished_tasks, prompts)
+            ...         done += [e.task async for e in aenvs.collect(pool, lambda td: [0] * td.batch_size[0], tasks=rest)]
+            ...     return sorted(done, key=lambda p: int(p[1:])) == [f"p{k}" for k in range(100)]
+            >>> asyncio.run(main())
+            True
+        """
+        return self._plan.unfinished
 
     # -- async iteration -------------------------------------------------------------------
 
@@ -245,38 +288,35 @@ class Collector(Generic[T]):
     async def __anext__(self) -> T:
         run = self._run
         if run is None:
-            run = self._run = self._start()
+            run = await self._start()
         try:
             return cast(T, await run.next())
         except asyncio.CancelledError:
             self._stop_now()  # a cancelled consumer stops the collection: the pool is usable at once
             raise
 
-    def _start(self) -> _Run:
+    async def _start(self) -> Running:
         pool = self._pool
         if pool.batch_size[1:]:
             raise ValueError(
                 f"the collector steps envs one by one; this pool's envs have a batch size of their own "
                 f"({list(pool.batch_size[1:])})"
             )
-        busy = [i for i, s in enumerate(pool.env_states) if s is EnvState.ERROR]
-        if busy and self._settings.on_env_error == "raise":
-            raise ValueError(f"envs {busy} are in ERROR; reset them or use on_env_error='skip'")
-        total_episodes, episodes_per_env = self._budgets
-        plan = EpisodePlan(
-            pool.num_envs, tasks=self._tasks, total_episodes=total_episodes, episodes_per_env=episodes_per_env
-        )
-        # items handed out but not taken yet: past this many, the envs wait for the consumer
-        backlog = 4 if self._settings.frames_per_batch is not None else 2 * pool.num_envs
-        run = _Run(backlog)
-        self._driver = Driver(pool, self._policy, self._settings, plan, run.put, run.room)
-        run.start(self._driver.run())
+        # a collector holding the pool stops first, or says it is in use; the envs being
+        # rebuilt (on_error="restart") are waited for by the resets that start the episodes
+        await pool.hold(self)
+        if self._run is not None:  # started meanwhile (a second consumer)
+            return self._run
+        run = self._run = Running(self._plan, acting_context(self))
+        self._driver = driver = Driver(pool, self._policy, self._settings, self._plan, run.put)
+        run.start(driver, self._release)
         return run
 
     async def aclose(self) -> None:
         """Stop: policy calls cancelled, steps in flight abandoned; the pool usable. Idempotent."""
         run = self._run
         if run is not None:
+            self._release()
             await run.stop()
 
     async def __aenter__(self) -> Self:
@@ -285,17 +325,58 @@ class Collector(Generic[T]):
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    def __del__(self) -> None:
-        # dropped mid-iteration (a `break` out of `async for`): stop sending now, so the pool is
-        # usable by the caller's next line; the driver task finishes its cancellation after
-        if getattr(self, "_run", None) is not None:
-            self._stop_now()
-
     def _stop_now(self) -> None:
-        driver, run = self._driver, self._run
-        if driver is not None and run is not None and run.task is not None and not run.task.done():
-            driver.stop_now()
-            run.cancel()
+        run = self._run
+        if run is not None and not run.finished:
+            self._release()
+            run.stop_now()
+
+    def _release(self) -> None:
+        self._pool.release(self)
+
+    # -- holding the pool (see aenvs._pool.holding) ---------------------------------------
+
+    async def yield_pool(self, *, visit: bool) -> None:
+        """Another caller's call on the pool: receive what is in flight (and keep it); then
+        pause for a ``visit``, else stop. EnvBusyError for a call that is not a visit while
+        a consumer waits for the next item (another task iterates the collector)."""
+        run = self._run
+        if run is None or run.finished:
+            if not visit:
+                self._release()
+            return
+        if not visit and run.consumers:
+            raise EnvBusyError(0, _IN_USE)
+        run.lend(1)
+        try:
+            await run.quiesce()
+        except EnvError as exc:  # with on_env_error="raise": the collection ends with it
+            run.fail(exc)
+            self._release()
+        except BaseException:
+            run.lend(-1)
+            raise
+        if not visit:
+            self._release()
+            await run.stop()
+            run.lend(-1)
+
+    def resume(self) -> None:
+        """The visiting call is over: the collector may go on (while its consumer waits)."""
+        if self._run is not None:
+            self._run.lend(-1)
+
+    def yield_now(self, *, closing: bool) -> None:
+        """Stop at once (``closing``: the pool closes; a later ``__anext__`` says so)."""
+        run = self._run
+        if run is None or run.finished:
+            self._release()
+            return
+        if not closing and run.consumers:
+            raise EnvBusyError(0, _IN_USE)
+        if closing:
+            run.fail(PoolClosedError("the pool this collector ran on was closed"))
+        self._stop_now()
 
     # -- sync iteration --------------------------------------------------------------------
 
@@ -315,11 +396,12 @@ class Collector(Generic[T]):
                 except StopAsyncIteration:
                     return
         finally:
-            shim.loop_driver.run(self.aclose)
+            if not shim.is_closed:
+                shim.loop_driver.run(self.aclose)
 
     def close(self) -> None:
         """Stop, from synchronous code (a collector over a SerialEnv / ParallelEnv)."""
-        if self._shim is not None and self._run is not None:
+        if self._shim is not None and self._run is not None and not self._shim.is_closed:
             self._shim.loop_driver.run(self.aclose)
 
     def __enter__(self) -> Self:
@@ -329,75 +411,12 @@ class Collector(Generic[T]):
         self.close()
 
 
-class _Run:
-    """The running driver task and the items it handed out, not yet taken."""
-
-    def __init__(self, backlog: int) -> None:
-        self.items: deque[Collected] = deque()
-        self.task: asyncio.Task[None] | None = None
-        self._waiter: asyncio.Future[None] | None = None
-        self._backlog = backlog
-        self._taken: asyncio.Event | None = None  # set when the consumer takes an item
-        self._turns = 0
-
-    async def room(self) -> None:
-        """Let the consumer run (when it has items to take, and every few batches: a driver
-        whose envs and policy never suspend must not hold the loop); wait for it while it
-        has ``backlog`` items not taken."""
-        self._turns += 1
-        if self.items or not self._turns & 7:
-            await asyncio.sleep(0)
-        while len(self.items) >= self._backlog:
-            if self._taken is None:
-                self._taken = asyncio.Event()
-            await self._taken.wait()
-
-    def start(self, driving: Any) -> None:
-        self.task = asyncio.get_running_loop().create_task(driving)
-        self.task.add_done_callback(self._finished)
-
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled():
-            task.exception()  # retrieved here, raised by next(): no "never retrieved" warning
-        self._wake()
-
-    def put(self, item: Collected) -> None:
-        self.items.append(item)
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def next(self) -> Collected:
-        task = self.task
-        assert task is not None
-        while not self.items:
-            if task.done():
-                if not task.cancelled() and task.exception() is not None:
-                    raise task.exception()  # pyright: ignore[reportGeneralTypeIssues]
-                raise StopAsyncIteration
-            self._waiter = asyncio.get_running_loop().create_future()
-            await self._waiter
-        taken, self._taken = self._taken, None
-        if taken is not None:
-            taken.set()
-        return self.items.popleft()
-
-    def cancel(self) -> None:
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
-
-    async def stop(self) -> None:
-        task = self.task
-        if task is None:
-            return
-        if not task.done():
-            task.cancel()
-            await asyncio.wait([task])
-        if not task.cancelled() and task.exception() is not None:
-            task.exception()  # retrieved: raised by next(), not by stopping
+_IN_USE = (
+    "a collector (aenvs.collect) holds this pool and a task is waiting for its next item: a "
+    "pool runs one collection at a time, and its envs are the collector's until it stops. "
+    "Stop it first (break out of its loop, `await collector.aclose()`, or cancel the task "
+    "iterating it); get_attr, call and set_attr may run beside it"
+)
 
 
 def _check_arguments(**values: int | float | None) -> None:

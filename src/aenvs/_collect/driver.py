@@ -7,6 +7,11 @@ accumulate and the next batch is as large as the envs allow: the continuous batc
 inference server. Results are harvested from the pool (steps and resets alike), recorded as
 references to rows of the batches they came in, and handed out as episodes and frame
 batches when complete.
+
+Nothing new starts (no policy call, no send, no task taken) while the gate is closed: the
+collector opens it only while its consumer waits for an item and no other caller's call
+holds the pool. Results keep being received meanwhile, and :meth:`Driver.quiesce`
+receives every one still due, so that another caller finds every env free.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -24,11 +29,10 @@ from tensordict import TensorDictBase
 
 from aenvs._collect.columns import Columns, build_rows
 from aenvs._collect.outputs import Episode, FrameBatch
-from aenvs._collect.plan import EpisodePlan
-from aenvs._collect.policy import Policy, call_policy
+from aenvs._collect.plan import EpisodePlan, reset_options
+from aenvs._collect.policy import Policy, answer_columns, call_policy, describe
 from aenvs._errors import EnvError
 from aenvs._pool import AsyncEnvPool
-from aenvs._tensors import non_tensor_rows, non_tensor_stack, td_get
 
 __all__ = ["Driver", "Settings"]
 
@@ -51,14 +55,10 @@ class Settings:
 class _EpisodeState:
     __slots__ = ("id", "record", "task")
 
-    def __init__(self, episode_id: int, task: Mapping[str, Any] | None) -> None:
+    def __init__(self, episode_id: int, task: Any) -> None:
         self.id = episode_id
         self.task = task
         self.record: list[Any] = []  # four items a transition (see Transitions)
-
-
-async def _yield() -> None:
-    await asyncio.sleep(0)
 
 
 class Driver:
@@ -69,9 +69,11 @@ class Driver:
         policy: see :data:`aenvs._collect.policy.Policy`.
         settings: batching and outputs.
         plan: the episodes to run.
-        emit: called with each :class:`Episode` and :class:`FrameBatch`, in order.
-        room: awaited before each policy batch: returns once what was emitted may grow (the
-            consumer keeps up); it must let the loop run (default: one turn of the loop).
+        emit: called with each :class:`Episode` and :class:`FrameBatch`, in order, and the
+            numbers of the tasks whose episodes it hands out (see :meth:`EpisodePlan.ended`).
+
+    The gate (:meth:`open_gate`) starts open: a driver run on its own goes until its budgets
+    are spent.
 
     Example:
         >>> import asyncio
@@ -81,7 +83,8 @@ class Driver:
         ...     async with AsyncEnvPool("CartPole-v1", num_envs=2, executor="inline") as pool:
         ...         plan = EpisodePlan(2, tasks=None, total_episodes=3, episodes_per_env=None)
         ...         settings = Settings(None, None, 1, None, True, None, "raise")
-        ...         await Driver(pool, lambda td: [0] * td.batch_size[0], settings, plan, out.append).run()
+        ...         emit = lambda item, numbers: out.append(item)
+        ...         await Driver(pool, lambda td: [0] * td.batch_size[0], settings, plan, emit).run()
         ...     return [type(e).__name__ for e in out]
         >>> asyncio.run(main())
         ['Episode', 'Episode', 'Episode']
@@ -93,8 +96,7 @@ class Driver:
         policy: Policy,
         settings: Settings,
         plan: EpisodePlan,
-        emit: Callable[[Episode | FrameBatch], None],
-        room: Callable[[], Awaitable[None]] | None = None,
+        emit: Callable[[Episode | FrameBatch, list[int]], None],
     ) -> None:
         n = pool.num_envs
         self.pool = pool
@@ -102,7 +104,6 @@ class Driver:
         self.settings = settings
         self.plan = plan
         self.emit = emit
-        self.room = room or _yield
         self.episodes: list[_EpisodeState | None] = [None] * n
         # per env: the batch and row of what its next action answers, and of the policy's
         # answer for its step in flight (parallel lists: nothing allocated per step)
@@ -111,10 +112,15 @@ class Driver:
         self.acted: list[Columns | None] = [None] * n
         self.acted_row = [0] * n
         self.waiting: deque[int] = deque()  # envs ready for the policy, in order of readiness
+        self.to_start: deque[int] = deque(range(n))  # envs whose next episode is to start
         self.steps_in_flight = 0
         self.resets_in_flight = 0
+        self.sending = 0  # sends under way (not in flight yet)
+        self.held = 0  # slots holding envs taken for the policy, or starting episodes
         self.policy_calls = 0
         self.frames: list[Any] = []  # four items a transition
+        # frames only: (frames recorded, task number) of the episodes ended, until handed out
+        self.frame_ends: list[tuple[int, int]] = []
         self.frames_out = 0
         self.batches_out = 0
         self.next_episode_id = 0
@@ -123,6 +129,9 @@ class Driver:
         self.episodes_out = 0
         self._changed: asyncio.Event | None = None
         self._harvesting = False
+        self._gate = asyncio.Event()
+        self._gate.set()
+        self._turns = 0
         self._action_keys = sorted(
             {leaf.key for spec in pool.env_specs for leaf in spec.action_leaves}, key=lambda k: k
         )
@@ -133,7 +142,6 @@ class Driver:
         """Start every env's first episode, run until the budgets are spent, then stop."""
         if self.pool.has_abandoned:
             await self.pool.drop_abandoned()
-        await self._start_episodes(range(self.pool.num_envs))
         try:
             async with asyncio.TaskGroup() as group:
                 for _ in range(self.settings.max_policy_calls):
@@ -149,25 +157,72 @@ class Driver:
 
     async def _slot(self) -> None:
         while True:
-            await self.room()  # the consumer runs, and holds the envs back when it lags
+            await self.gate()
+            if self.done:
+                return
+            if self.to_start:
+                await self._start_pending()
+                continue
             envs = await self._take_batch()
             if envs is None:
                 return
-            self.policy_calls += 1
-            try:
-                out = await self._act(envs)
-            finally:
-                self.policy_calls -= 1
+            if envs:
+                await self._act_and_send(envs)
+
+    def open_gate(self, is_open: bool) -> None:
+        """Let new work start (policy calls, sends, tasks taken), or hold it back."""
+        if is_open or self.done:
+            self._gate.set()
+        else:
+            self._gate.clear()
+
+    async def gate(self) -> None:
+        """Return once new work may start (at once when the collection is over); let the loop
+        run every few turns (a driver whose envs and policy never suspend must not hold it)."""
+        self._turns += 1
+        if not self._turns & 7:
+            await asyncio.sleep(0)
+        if not self._gate.is_set():
+            await self._gate.wait()
+
+    def _end(self) -> None:
+        """The collection is over: every slot returns at its next look."""
+        self.done = True
+        self._gate.set()
+        self._notify()
+
+    async def _act_and_send(self, envs: list[int]) -> None:
+        """Call the policy on ``envs`` and send their actions, each once the gate lets it."""
+        self.held += 1
+        try:
+            await self.gate()
             if self.done:
                 return
-            await self.pool.async_step_send_columns(envs, out)
+            self.policy_calls += 1
+            try:
+                out, returned = await self._act(envs)
+            finally:
+                self.policy_calls -= 1
+            await self.gate()
+            if self.done:
+                return
+            self.sending += 1
+            try:
+                await self.pool.async_step_send_columns(envs, out)
+            except (ValueError, TypeError) as exc:
+                raise type(exc)(f"{exc} (the policy's answer for envs {envs}: {describe(returned)})") from exc
+            finally:
+                self.sending -= 1
             self.steps_in_flight += len(envs)
             if self.done:  # stopped while sending
                 self.pool.abandon(envs)
+        finally:
+            self.held -= 1
             self._notify()
 
-    async def _act(self, envs: list[int]) -> dict[tuple[str, ...], Any]:
-        """The policy's answer for ``envs``, recorded; the actions to send, by key."""
+    async def _act(self, envs: list[int]) -> tuple[dict[tuple[str, ...], Any], Any]:
+        """The policy's answer for ``envs``, recorded; the actions to send, by key, and what
+        the policy returned (for errors)."""
         observed = [self.observed[i] for i in envs]
         if any(cols is None for cols in observed):
             raise RuntimeError(f"envs {envs} were batched for the policy without an observation")
@@ -180,40 +235,25 @@ class Driver:
             common=True,
             extra={"env_index": torch.tensor(envs, dtype=torch.int64), "episode": torch.tensor(ids)},
         )
-        out, returned = await call_policy(self.policy, td)
-        columns = Columns(out)
-        actions: dict[tuple[str, ...], Any] = {}
-        if returned is not None:  # the actions as the policy gave them: no object per text action
-            actions[("action",)] = returned
-            if columns.leaves is None:
-                out.set(
-                    "action", returned if isinstance(returned, torch.Tensor) else non_tensor_stack(returned)
-                )  # pyright: ignore[reportUnknownMemberType]
-                columns = Columns(out)
-            else:
-                columns.leaves[("action",)] = (
-                    returned.numpy() if isinstance(returned, torch.Tensor) else returned
-                )
-        else:
-            for key in self._action_keys:
-                value = td_get(out, key)
-                if value is None:
-                    raise KeyError(f"the policy's answer has no {'.'.join(key)!r} entry for envs {envs}")
-                actions[key] = value if isinstance(value, torch.Tensor) else non_tensor_rows(value, len(envs))
+        out, returned = await call_policy(self.policy, td, envs)
+        columns, actions = answer_columns(out, returned, self._action_keys, envs)
         acted, acted_row, observed_now = self.acted, self.acted_row, self.observed
         for b, i in enumerate(envs):
             acted[i] = columns
             acted_row[i] = b
             observed_now[i] = None
-        return actions
+        return actions, returned if returned is not None else out
 
     async def _take_batch(self) -> list[int] | None:
-        """The next envs for the policy, or None when the collection is over."""
+        """The next envs for the policy, or None when the collection is over ([]: episodes
+        are to start first)."""
         settings = self.settings
         limit = settings.max_batch
         while True:
             if self.done:
                 return None
+            if self.to_start:
+                return []
             if self.waiting:
                 if settings.max_wait is not None and (limit is None or len(self.waiting) < limit):
                     await self._fill(settings.max_wait, limit)
@@ -231,11 +271,10 @@ class Driver:
                 finally:
                     self._harvesting = False
                     self._notify()
-            elif self.policy_calls or self._harvesting:
+            elif self.held or self.sending or self._harvesting:
                 await self._wait_changed()  # another slot's envs will be sent
             else:
-                self.done = True
-                self._notify()
+                self._end()
                 return None
 
     async def _fill(self, max_wait: float, limit: int | None) -> None:
@@ -248,10 +287,41 @@ class Driver:
             if remaining <= 0:
                 return
             try:
-                await self.pool.wait_ready(timeout=remaining)
+                if self._harvesting:  # one waits on the pool at a time: wait for what it records
+                    await asyncio.wait_for(self._wait_changed(), remaining)
+                    continue
+                self._harvesting = True
+                try:
+                    await self.pool.wait_ready(timeout=remaining)
+                    await self._harvest()
+                finally:
+                    self._harvesting = False
+                    self._notify()
             except TimeoutError:
                 return
-            await self._harvest()
+
+    async def quiesce(self) -> None:
+        """Receive (and record) every result of what was sent; with the gate closed, the envs
+        are then free for another caller. A sending slot is waited for; an env's error (with
+        ``on_env_error="raise"``) ends the collection: raised, what else is due abandoned
+        and dropped."""
+        try:
+            while self.steps_in_flight or self.resets_in_flight or self.sending:
+                if self._harvesting or not (self.steps_in_flight or self.resets_in_flight):
+                    await self._wait_changed()  # another waits on the pool, or a send ends
+                    continue
+                self._harvesting = True
+                try:
+                    await self.pool.wait_ready()
+                    await self._harvest()
+                finally:
+                    self._harvesting = False
+                    self._notify()
+        except EnvError:
+            self.stop_now()
+            if not self.pool.is_closed:
+                await self.pool.drop_abandoned()
+            raise
 
     async def _wait_changed(self) -> None:
         if self._changed is None:
@@ -265,8 +335,7 @@ class Driver:
 
     def stop_now(self) -> None:
         """Stop from synchronous code: nothing more is sent, what is in flight is abandoned."""
-        self.done = True
-        self._notify()
+        self._end()
         if not self.pool.is_closed and (self.steps_in_flight or self.resets_in_flight):
             self.pool.abandon()
             self.steps_in_flight = self.resets_in_flight = 0
@@ -284,13 +353,10 @@ class Driver:
                 await self._failed(exc)
                 continue
             break
-        restart: list[int] = []
         if steps is not None and len(steps[0]):
-            restart = self._record_steps(*steps)
+            self.to_start.extend(self._record_steps(*steps))
         if resets is not None and resets.batch_size[0]:
             self._record_resets(resets)
-        if restart:
-            await self._start_episodes(restart)
         if self.settings.frames_per_batch is not None:
             self._flush_frames(final=False)
 
@@ -352,31 +418,45 @@ class Driver:
         self.episodes[i] = None
         if episode is None:
             return
-        if self.settings.episodes and episode.record:
-            self.episodes_out += 1
-            self.emit(Episode(episode.record, env_index=i, episode_id=episode.id, task=episode.task))
+        number = self.plan.ended(i)
+        if self.settings.episodes:
+            if episode.record:
+                self.episodes_out += 1
+                episode_out = Episode(episode.record, env_index=i, episode_id=episode.id, task=episode.task)
+                self.emit(episode_out, [number])
+        else:  # its task is done once the frame batch holding its last transition is handed out
+            self.frame_ends.append((len(self.frames), number))
 
-    async def _start_episodes(self, envs: Sequence[int]) -> None:
-        """Reset ``envs`` for their next episode, where the plan has one."""
-        plain: list[int] = []
-        for i in envs:
-            if self.done:
-                return
-            go, task = self.plan.next(i)
-            if not go:
-                continue
-            self.episodes[i] = _EpisodeState(self.next_episode_id, task)
-            self.next_episode_id += 1
-            if task is None:
-                plain.append(i)
-            else:
-                await self._reset([i], task)
-        if plain:
-            await self._reset(plain, None)
-
-    async def _reset(self, envs: list[int], task: Mapping[str, Any] | None) -> None:
+    async def _start_pending(self) -> None:
+        """Reset the envs waiting for their next episode, where the plan has one; an env's
+        task is taken as its reset goes out (each in turn, as the gate lets it)."""
+        self.held += 1
         try:
-            await self.pool.async_reset_send(env_index=envs, options=task)
+            plain: list[int] = []
+            while self.to_start and not self.done:
+                await self.gate()
+                if self.done or not self.to_start:  # another slot took the last ones
+                    break
+                i = self.to_start.popleft()
+                go, task = self.plan.next(i)
+                if not go:
+                    continue
+                self.episodes[i] = _EpisodeState(self.next_episode_id, task)
+                self.next_episode_id += 1
+                if task is None:
+                    plain.append(i)  # one reset for all of them
+                else:
+                    await self._reset([i], task)
+            if plain and not self.done:
+                await self._reset(plain, None)
+        finally:
+            self.held -= 1
+            self._notify()
+
+    async def _reset(self, envs: list[int], task: Any) -> None:
+        self.sending += 1
+        try:
+            await self.pool.async_reset_send(env_index=envs, options=reset_options(task))
         except EnvError as exc:
             if self.settings.on_env_error == "raise":
                 raise
@@ -384,6 +464,9 @@ class Driver:
                 self._drop_episode(i)
             del exc
             return
+        finally:
+            self.sending -= 1
+            self._notify()  # a quiesce may wait for this send (it runs once this task yields)
         self.resets_in_flight += len(envs)
         if self.done:  # stopped while sending
             self.pool.abandon(envs)
@@ -400,15 +483,13 @@ class Driver:
             raise exc
         self._drop_episode(i)
         if exc.command == "step" or exc.command == "step_and_reset":
-            await self._start_episodes([i])  # a new episode; an env whose reset fails is retired
+            self.to_start.append(i)  # a new episode; an env whose reset fails is retired
 
-    def _drop_episode(self, i: int) -> Mapping[str, Any] | None:
+    def _drop_episode(self, i: int) -> None:
         episode = self.episodes[i]
         self.episodes[i] = None
-        if episode is None:
-            return None
-        self.plan.give_back(i, episode.task)
-        return episode.task
+        if episode is not None:
+            self.plan.give_back(i, episode.task)
 
     # -- frames ----------------------------------------------------------------------------
 
@@ -421,11 +502,14 @@ class Driver:
         while len(self.frames) >= 4 * size or (final and self.frames):
             take = self.frames[: 4 * size]
             del self.frames[: 4 * size]
-            self.emit(FrameBatch(take, index=self.batches_out))
+            ends, numbers = self.frame_ends, list[int]()  # the episodes whose last transition goes out now
+            while ends and ends[0][0] <= len(take):
+                numbers.append(ends.pop(0)[1])
+            self.frame_ends = [(at - len(take), number) for at, number in ends]
+            self.emit(FrameBatch(take, index=self.batches_out), numbers)
             self.batches_out += 1
             self.frames_out += len(take) // 4
             if total is not None and self.frames_out >= total:
                 self.frames.clear()
-                self.done = True
-                self._notify()
+                self._end()
                 return

@@ -28,7 +28,7 @@ from aenvs._pool.loops import LoopCalls
 from aenvs._pool.masked import WholeBatchCalls
 from aenvs._pool.parts import PoolParts, other_loop_error
 from aenvs._pool.rollout import rand_action as _rand_action, rollout as _rollout
-from aenvs._pool.sending import EnvIndex, Seed
+from aenvs._pool.sending import EnvIndex, Seed, check_options
 from aenvs._pool.stats import PoolStats
 from aenvs._seeding import seed_chain
 from aenvs._specs import EnvSpec
@@ -333,6 +333,7 @@ class AsyncEnvPool(LoopCalls):
         ``seed``: an int starts TorchRL's seed chain over the envs reset, a sequence gives
         one seed per env. Without it, an env's first reset uses the pool's ``seed``.
         """
+        check_options(options)  # before a collector holding the pool is stopped for it
         await self._parts.settle(td, env_index, whole=False)
         self._sender.send_reset(td, env_index, seed, options)
 
@@ -532,18 +533,21 @@ class AsyncEnvPool(LoopCalls):
         self, name: str, *args: Any, env_index: EnvIndex | None = None, **kwargs: Any
     ) -> list[Any]:
         """Call method ``name`` on each env (default all); one return value per env."""
-        indices = await self._parts.targets(env_index)
-        return await self._parts.ask(Command(CommandKind.CALL, indices, name=name, args=args, kwargs=kwargs))
+        return await self._parts.visit(
+            env_index, lambda indices: Command(CommandKind.CALL, indices, name=name, args=args, kwargs=kwargs)
+        )
 
     async def get_attr(self, name: str, *, env_index: EnvIndex | None = None) -> list[Any]:
         """Attribute ``name`` of each env (default all), looked up through gymnasium wrappers."""
-        indices = await self._parts.targets(env_index)
-        return await self._parts.ask(Command(CommandKind.GET_ATTR, indices, name=name))
+        return await self._parts.visit(
+            env_index, lambda indices: Command(CommandKind.GET_ATTR, indices, name=name)
+        )
 
     async def set_attr(self, name: str, value: Any, *, env_index: EnvIndex | None = None) -> None:
         """Set attribute ``name`` of each env (default all)."""
-        indices = await self._parts.targets(env_index)
-        await self._parts.ask(Command(CommandKind.SET_ATTR, indices, name=name, args=(value,)))
+        await self._parts.visit(
+            env_index, lambda indices: Command(CommandKind.SET_ATTR, indices, name=name, args=(value,))
+        )
 
     async def set_seed(self, seed: int) -> int:
         """Seed every env along TorchRL's seed chain (env 0 gets ``seed``); return the next seed.

@@ -9,6 +9,7 @@ from typing import Any
 
 from aenvs._batching import Batcher
 from aenvs._commands import CommandKind
+from aenvs._pool.holding import PoolHolder
 from aenvs._pool.parts import PoolParts
 from aenvs._pool.receiving import Receiver
 from aenvs._pool.sending import EnvIndex, Sender
@@ -49,6 +50,45 @@ class LoopCalls:
             torch.Size([2])
         """
         self._parts.abandon(env_index)
+
+    async def hold(self, holder: PoolHolder) -> None:
+        """Let ``holder``, a loop that drives the pool across calls (an :func:`aenvs.collect`
+        collector), hold it until it calls :meth:`release`. Meanwhile another caller's call
+        asks it first (the calls made in :func:`aenvs._pool.holding.acting_context` are its
+        own): a send, receive or seeding takes the pool back (the holder receives what it
+        has in flight and stops, or raises :class:`~aenvs.EnvBusyError` while in use);
+        ``call``, ``get_attr`` and ``set_attr`` pause it around them. A loop holding the
+        pool already is asked the same way first.
+
+        Example:
+            >>> import asyncio
+            >>> from aenvs import AsyncEnvPool
+            >>> class Loop:
+            ...     async def yield_pool(self, *, visit: bool) -> None:
+            ...         print("the loop yields; a visit:", visit)
+            ...     def resume(self) -> None: ...
+            ...     def yield_now(self, *, closing: bool) -> None: ...
+            >>> async def main():
+            ...     async with AsyncEnvPool("CartPole-v1", num_envs=2, executor="inline") as pool:
+            ...         loop = Loop()
+            ...         await pool.hold(loop)
+            ...         await pool.get_attr("spec")  # a visit: the loop pauses around it
+            ...         await pool.reset()  # takes the pool back
+            ...         pool.release(loop)
+            >>> asyncio.run(main())
+            the loop yields; a visit: True
+            the loop yields; a visit: False
+        """
+        self._ready_to_send()
+        holding = self._parts.holding
+        if holding.holder is not holder:
+            await holding.claim()
+            holding.holder = holder
+
+    def release(self, holder: PoolHolder) -> None:
+        """``holder`` holds the pool no more (see :meth:`hold`); nothing if it did not."""
+        if self._parts.holding.holder is holder:
+            self._parts.holding.holder = None
 
     async def wait_ready(self, timeout: float | None = None) -> None:
         """Wait until a step, reset or step-and-reset result is ready to receive (at once if

@@ -21,7 +21,7 @@ from aenvs import _masks as masks
 from aenvs._commands import CommandKind
 from aenvs._layout import TIMED_OUT
 from aenvs._pool.parts import PoolParts
-from aenvs._pool.sending import EnvIndex, Seed
+from aenvs._pool.sending import EnvIndex, Seed, check_options
 from aenvs._seeding import seed_chain
 from aenvs._specs import Leaf
 from aenvs._tensors import root_entries, td_get, td_keys
@@ -86,6 +86,7 @@ class WholeBatchCalls:
         options: Mapping[str, Any] | None,
     ) -> TensorDictBase:
         """:meth:`aenvs.AsyncEnvPool.reset`."""
+        check_options(options)
         await self._parts.settle(td, env_index, whole=True)
         if td is not None and masks.has_reset_mask(td):
             return await self._masked_reset(td, env_index, seed, options)

@@ -25,6 +25,7 @@ from aenvs._pool.abandoned import AbandonedCommands
 from aenvs._pool.arguments import PoolOptions, StackMode, check_batch_shapes, is_dense
 from aenvs._pool.deadlines import Deadlines
 from aenvs._pool.failures import Failures
+from aenvs._pool.holding import Holding
 from aenvs._pool.receiving import Receiver
 from aenvs._pool.restarts import RestartSupervisor
 from aenvs._pool.sending import TD_ENV_INDEX, EnvIndex, Sender, member_index
@@ -84,6 +85,7 @@ class PoolParts:
         n = len(first_seeds)
         self.executor = executor
         self.options = options
+        self.holding = Holding()  # a loop holding the pool (a collector), asked before others' calls
         self.slots = slots = SlotTable(n, executor.name)
         self.restarts = RestartSupervisor(
             executor,
@@ -117,7 +119,13 @@ class PoolParts:
             rate_limit=options.rate_limit,
         )
         self.receiver = Receiver(
-            slots, executor, drain=self.drain, closed=closed, ready=ready, indices=self.sender.indices
+            slots,
+            executor,
+            drain=self.drain,
+            closed=closed,
+            ready=ready,
+            indices=self.sender.indices,
+            holding=self.holding,
         )
         self.deadlines: Deadlines | None = None
         if options.episode_timeout is not None or options.truncate:
@@ -157,8 +165,15 @@ class PoolParts:
             self.slots.record(completions, now)
 
     async def settle(self, td: TensorDictBase | None, env_index: EnvIndex | None, *, whole: bool) -> None:
-        """Before a command: wait for the envs it goes to that are being restarted (never for
-        the others), and, for a whole-batch call (``whole``), drop what abandoned calls left."""
+        """Before a command: a loop holding the pool (not the caller's) stops, its commands in
+        flight received first (:class:`Holding`); then wait for the envs the command goes to
+        that are being restarted (never for the others), and, for a whole-batch call
+        (``whole``), drop what abandoned calls left."""
+        if self.holding.holder is not None:
+            await self.holding.claim()
+        await self._settle(td, env_index, whole=whole)
+
+    async def _settle(self, td: TensorDictBase | None, env_index: EnvIndex | None, *, whole: bool) -> None:
         if whole and self.abandoned.commands:
             await self.abandoned.settle()
         if self.restarts.active:
@@ -179,6 +194,7 @@ class PoolParts:
         receive waiting, nothing that screens answers, no cancellation pending)."""
         return (
             self.executor.runs_now()  # first: no other executor ever does
+            and self.holding.holder is None  # else the holder is asked first, which may wait
             and not self.restarts.active
             and not self.receiver.receives.waiting
             and self.receiver.whole()  # abandoned results due, timeouts being stopped, checks...
@@ -193,8 +209,14 @@ class PoolParts:
     async def targets(self, env_index: EnvIndex | None) -> list[int]:
         """The envs a call goes to, once those being restarted are rebuilt."""
         self._check_open()
-        await self.settle(None, env_index, whole=False)
+        await self._settle(None, env_index, whole=False)
         return self.sender.targets(None, env_index)
+
+    async def visit(self, env_index: EnvIndex | None, command: Callable[[list[int]], Command]) -> list[Any]:
+        """Send the call-like ``command`` for the envs ``env_index`` names (default all) and
+        return its answers, one per env; a loop holding the pool pauses around it."""
+        async with self.holding.visit():
+            return await self.ask(command(await self.targets(env_index)))
 
     async def ask(self, command: Command) -> list[Any]:
         """Send a call-like command and return its answers, one per env."""
@@ -235,7 +257,8 @@ class PoolParts:
 
     async def stop_sending(self) -> None:
         """The first half of :meth:`aenvs.AsyncEnvPool.aclose`: no more sends, receives woken,
-        restarts under way stopped."""
+        restarts under way stopped, a loop holding the pool stopped."""
+        self.holding.closing()
         self.sender.close()
         self.executor.wake()
         await self.restarts.aclose()
@@ -265,6 +288,8 @@ class PoolParts:
     def abandon(self, env_index: EnvIndex | None) -> None:
         """:meth:`aenvs.AsyncEnvPool.abandon`."""
         self._check_open()
+        if self.holding.holder is not None:
+            self.holding.claim_now()
         slots = self.slots
         indices = self.sender.indices(env_index) or self.sender.all_envs
         self.drain()
@@ -279,6 +304,8 @@ class PoolParts:
 
     async def seed(self, seed: int) -> int:
         """:meth:`aenvs.AsyncEnvPool.set_seed`."""
+        if self.holding.holder is not None:
+            await self.holding.claim()
         indices = await self.targets(None)
         seeds, after = seed_chain(seed, len(indices))
         await self.ask(Command(CommandKind.SEED, indices, seeds=dict(zip(indices, seeds, strict=True))))

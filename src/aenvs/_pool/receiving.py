@@ -17,6 +17,7 @@ from aenvs._cancellation import cancellation_requested
 from aenvs._commands import CommandKind, Completion, Packed
 from aenvs._errors import PoolClosedError
 from aenvs._pool.fair_receives import Receive, WaitingReceives
+from aenvs._pool.holding import Holding
 from aenvs._pool.sending import EnvIndex
 from aenvs._pool.slots import SlotTable
 from aenvs.executors import Executor
@@ -36,6 +37,7 @@ class Receiver:
         closed: whether the pool is closed.
         ready: checks the pool is usable now (open, on its loop).
         indices: the envs an ``env_index`` names, checked (None: it names none).
+        holding: the loop holding the pool, if any: it stops before another caller receives.
 
     Example:
         >>> import asyncio
@@ -59,6 +61,7 @@ class Receiver:
         closed: Callable[[], bool],
         ready: Callable[[], object],
         indices: Callable[[EnvIndex | None], list[int] | None],
+        holding: Holding | None = None,
     ) -> None:
         self.receives = WaitingReceives(slots.outstanding, slots.ready, slots.pending)
         self.all_envs = list(range(slots.num_envs))
@@ -71,6 +74,7 @@ class Receiver:
         self._closed = closed
         self._ready = ready
         self._indices = indices
+        self._holding = holding or Holding()
 
     def dropped(self) -> None:
         """Results were dropped: let waiting receives check that they can still be satisfied."""
@@ -89,6 +93,8 @@ class Receiver:
         (None: any env), waiting for them at most ``timeout`` seconds; sorted by env unless
         ``env_index`` orders them."""
         self._ready()
+        if self._holding.holder is not None:
+            await self._holding.claim()
         if cancellation_requested():  # a call that never suspends still honours a cancel, here
             await asyncio.sleep(0)
         wanted = self._indices(env_index)
@@ -142,6 +148,8 @@ class Receiver:
         (:meth:`Executor.run_whole`, waiting for the rest while it holds only such answers),
         record them as received and return every env, in order; else None, and nothing
         was taken (the caller receives as usual: :meth:`recv`)."""
+        if self._holding.holder is not None:
+            await self._holding.claim()
         slots = self._slots
         n = slots.num_envs
         if (
@@ -194,6 +202,8 @@ class Receiver:
 
     async def wait_any(self, timeout: float | None) -> None:
         """Wait until a transition result of any kind is ready, consuming nothing."""
+        if self._holding.holder is not None:
+            await self._holding.claim()
         slots = self._slots
         if not any(slots.outstanding.values()):
             raise ValueError(

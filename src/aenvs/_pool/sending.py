@@ -25,11 +25,30 @@ from aenvs._specs import EnvSpec, Key
 from aenvs._tensors import root_entries, shallow_copy, td_get, td_unchecked
 from aenvs.executors import Executor
 
-__all__ = ["TD_ENV_INDEX", "EnvIndex", "Seed", "Sender", "member_index"]
+__all__ = ["TD_ENV_INDEX", "EnvIndex", "Seed", "Sender", "check_options", "member_index"]
 
 EnvIndex = int | Sequence[int] | torch.Tensor
 Seed = int | Sequence[int | None] | None
 TD_ENV_INDEX = "the input's 'env_index' entry"
+
+
+def check_options(options: object) -> None:
+    """Refuse reset options that are not a dict (gymnasium's ``reset(options=...)``), naming them.
+
+    Example:
+        >>> check_options({"prompt": "hi"})
+        >>> check_options("hi")
+        Traceback (most recent call last):
+        ...
+        TypeError: reset options must be a dict (gymnasium's reset(options=...)) or None, got str 'hi'; pass options={'task': 'hi'}, say, and read options['task'] in the env
+    """
+    if options is not None and not isinstance(options, Mapping):
+        shown = repr(options) if len(repr(options)) <= 60 else repr(options)[:57] + "..."
+        raise TypeError(
+            f"reset options must be a dict (gymnasium's reset(options=...)) or None, got "
+            f"{type(options).__name__} {shown}; pass options={{'task': {shown}}}, say, and read "
+            "options['task'] in the env"
+        )
 
 
 def member_index(td: TensorDictBase) -> Any:
@@ -300,12 +319,31 @@ class Sender:
             if rows != num_rows:
                 raise ValueError(f"the actions {'.'.join(path)!r} have {rows} rows for {num_rows} envs")
         td = td_unchecked(tensors, torch.Size([num_rows]))
-        checked = batcher.check_actions(td, indices)
+        try:
+            checked = batcher.check_actions(td, indices)
+        except ValueError:  # a list given for a tensor entry reads as a missing entry: say so
+            for path, value in columns.items():
+                if not isinstance(value, torch.Tensor):
+                    self._check_not_fixed(path, value, indices)
+            raise
         objects = batcher.objects.read(td, indices, columns)
         batcher.write_actions(td, indices, checked)
         self._slots.keep_inputs(td, indices)
         self.dispatch(Command(kind, indices, object_actions=objects))
         return indices
+
+    def _check_not_fixed(self, path: Key, values: Any, indices: list[int]) -> None:
+        """Raise TypeError, naming the env and the key, where values given as a list (text,
+        objects) go to an action entry that is a tensor of fixed shape."""
+        for i in indices:
+            leaf = next((leaf for leaf in self.specs[i].action_leaves if leaf.key == path), None)
+            if leaf is not None and not leaf.is_object:
+                kinds = sorted({type(v).__name__ for v in values})
+                raise TypeError(
+                    f"env {i}: the actions {'.'.join(path)!r} are a list of {'/'.join(kinds)} values, "
+                    f"expected numbers of {leaf.describe()} per env (a tensor, or a list of numbers) "
+                    f"for the action space {self.specs[i].action_space}"
+                )
 
     def send_reset(
         self,
@@ -316,6 +354,7 @@ class Sender:
     ) -> list[int]:
         """Dispatch a reset (``seed``: an int starts a seed chain, a sequence is one per env)."""
         self._ready()
+        check_options(options)
         indices = self.targets(td, env_index)
         if seed is None:
             seeds = [self.first_seeds[i] for i in indices]
