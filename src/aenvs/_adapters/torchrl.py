@@ -13,6 +13,7 @@ from gymnasium import spaces
 from tensordict import NonTensorData, NonTensorStack, TensorDictBase
 
 from aenvs._adapters.outcome import Outcome
+from aenvs._optional import require
 from aenvs._specs import EnvSpec, Key, Space
 from aenvs._tensors import from_numpy, td_get, td_keys
 
@@ -29,7 +30,7 @@ __all__ = [
 # torchrl is imported by name, in this one place (aenvs.torchrl takes its names from here): it
 # is an optional extra, absent from the venv where pyright checks aenvs, and partly unannotated,
 # so its names are typed Any here rather than left unresolved
-_data: Any = importlib.import_module("torchrl.data")
+_data: Any = require("torchrl.data", extra="torchrl", feature="TorchRL interop (aenvs.torchrl)")
 _envs: Any = importlib.import_module("torchrl.envs")
 Categorical: Any = _data.Categorical
 Composite: Any = _data.Composite

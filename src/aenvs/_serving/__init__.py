@@ -6,16 +6,14 @@ Needs the ``serve`` extra (``websockets``); ``import aenvs`` never imports it.
 
 from __future__ import annotations
 
-import importlib.util
+from aenvs._optional import require
 
-if importlib.util.find_spec("websockets") is None:  # pragma: no cover - the test extra installs it
-    raise ImportError(
-        "aenvs.serve and the policy clients need the websockets package: pip install 'aenvs[serve]'"
-    )
+# before the modules that import websockets: without it, say which extra installs it
+require("websockets", extra="serve", feature="aenvs.serve and the policy clients")
 
-from aenvs._serving.async_client import AsyncPolicyClient
-from aenvs._serving.protocol import PolicyServerError
-from aenvs._serving.server import EnvServer, serve
-from aenvs._serving.sync_client import PolicyClient
+from aenvs._serving.async_client import AsyncPolicyClient  # noqa: E402
+from aenvs._serving.protocol import PolicyServerError  # noqa: E402
+from aenvs._serving.server import EnvServer, serve  # noqa: E402
+from aenvs._serving.sync_client import PolicyClient  # noqa: E402
 
 __all__ = ["AsyncPolicyClient", "EnvServer", "PolicyClient", "PolicyServerError", "serve"]

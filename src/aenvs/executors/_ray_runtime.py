@@ -18,23 +18,19 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from aenvs._optional import require
+
 __all__ = ["RUNTIME", "RayRuntime", "import_ray", "init_options"]
 
 
 def import_ray() -> Any:
-    """The ``ray`` module, or an ImportError that says how to install it.
+    """The ``ray`` module, or a ModuleNotFoundError that says how to install it.
 
     Example:
         >>> import_ray().__name__
         'ray'
     """
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError(
-            "the ray executor needs Ray, an optional dependency of aenvs: pip install 'aenvs[ray]'"
-        ) from exc
-    return ray
+    return require("ray", extra="ray", feature="the ray executor")
 
 
 class RayRuntime:
