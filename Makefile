@@ -1,8 +1,12 @@
 # Two commands on a fresh machine with only python3 and pip:
 #   make run    creates .venv, installs aenvs, runs `aenvs run` on the default env
-#   make test   creates .venv (test and docs extras, Ray included) and .venv-torchrl, runs lint
-#               (ruff, import contracts), types, the strict docs build, the package build and
-#               check, and the whole test suite
+#   make test   creates .venv (the dev dependency group and the ray extra) and .venv-torchrl,
+#               runs lint (ruff, import contracts), types, the strict docs build, the package
+#               build and check, and the whole test suite
+#
+# The development tools and the peers the tests and benchmarks run against are dependency
+# groups in pyproject.toml (PEP 735: `pip install --group`, pip >= 25.1; each venv's pip is
+# upgraded first), not extras: the extras are for users.
 #
 # Two venvs, because TorchRL pins an older tensordict: torchrl 0.14 (what pip picks beside
 # torch 2.13) requires tensordict < 0.15. The main venv (.venv) has the newest tensordict and
@@ -29,22 +33,22 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PIP) --quiet -e ".[test,ray,docs]"
+	$(PIP) --quiet -e ".[ray]" --group dev
 	touch $@
 
-# a venv with an extra: $(call extra_venv,VENV,EXTRAS)
-define extra_venv
+# another venv: $(call other_venv,VENV,WHAT TO INSTALL)
+define other_venv
 	$(PYTHON) -m venv $(1)
 	$(1)/bin/pip install --quiet --upgrade pip
-	$(1)/bin/pip install --quiet --constraint constraints.txt -e ".[$(2)]"
+	$(1)/bin/pip install --quiet --constraint constraints.txt $(2)
 	touch $(1)/.installed
 endef
 
 $(TORCHRL_VENV)/.installed: pyproject.toml constraints.txt
-	$(call extra_venv,$(TORCHRL_VENV),test$(comma)torchrl$(comma)ray)
+	$(call other_venv,$(TORCHRL_VENV),-e ".[torchrl$(comma)ray]" --group test)
 
 $(BENCH_VENV)/.installed: pyproject.toml constraints.txt
-	$(call extra_venv,$(BENCH_VENV),bench)
+	$(call other_venv,$(BENCH_VENV),-e . --group bench)
 
 run: $(VENV)/.installed
 	$(BIN)/aenvs run
@@ -93,7 +97,8 @@ docs-build: $(VENV)/.installed-test
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # sdist and wheel in dist/, built as a user's pip would (isolated, setuptools from the index),
-# then checked: twine's metadata check, no warning from the build, nothing but aenvs in the wheel.
+# then checked: twine's metadata check, no warning from the build, nothing but aenvs in the
+# wheel, the tests (and what they run) in the sdist (.ci/check_dist.py).
 # (PYTHONDONTWRITEBYTECODE= : with it set, setuptools warns that it skips byte-compiling.)
 package: $(VENV)/.installed-test
 	rm -rf dist
@@ -101,10 +106,7 @@ package: $(VENV)/.installed-test
 		|| { cat $(VENV)/package.log; exit 1; }
 	@if grep -i "warning" $(VENV)/package.log; then echo "the build warned: $(VENV)/package.log"; exit 1; fi
 	$(BIN)/twine check --strict dist/*
-	$(BIN)/python -c "import glob, sys, zipfile; \
-		names = zipfile.ZipFile(glob.glob('dist/*.whl')[0]).namelist(); \
-		other = [n for n in names if not n.startswith(('aenvs/', 'aenvs-'))]; \
-		sys.exit(f'the wheel holds more than aenvs: {other}' if other else 0)"
+	$(BIN)/python .ci/check_dist.py dist
 
 # the benchmark suite against every peer (gymnasium, TorchRL, EnvPool, Ray), from this checkout:
 # report and plots in docs/bench

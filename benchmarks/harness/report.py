@@ -147,7 +147,10 @@ def write_report(
         import matplotlib  # noqa: F401
     except ImportError:
         plots = False
-        lines += ["No plots: matplotlib is not installed (`pip install -e '.[bench]'` in the checkout).", ""]
+        lines += [
+            "No plots: matplotlib is not installed (`pip install -e . --group bench` in the checkout).",
+            "",
+        ]
     for run in runs:
         lines += [f"## {run.benchmark.title}", ""]
         if not run.ok:
