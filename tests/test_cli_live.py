@@ -236,8 +236,8 @@ def test_cli_passes_the_limit_and_deadline_options_to_the_pool(
         (["--rate-limit", "fast"], "PER_SECOND[:BURST]"),
         (["--rate-limit", "10:0"], "burst must be >= 1"),
         (["--rate-limit", "0"], "per_second must be"),
-        (["--max-concurrency", "0"], "must be >= 1"),
-        (["--episode-timeout", "-1"], "seconds > 0"),
+        (["--max-concurrency", "0"], "invalid positive integer: '0'"),
+        (["--episode-timeout", "-1"], "invalid number of seconds (> 0): '-1'"),
         (["--on-timeout", "skip"], "invalid choice"),
     ],
 )

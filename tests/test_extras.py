@@ -68,9 +68,9 @@ def test_the_missing_extra_error_is_a_module_not_found_error() -> None:
 
 def test_the_core_runs_without_any_extra() -> None:
     """A pool on the process executor, a gymnasium vector env and the command line's run,
-    without the packages of any extra (pygame included: CartPole steps without it)."""
+    without the packages of any extra (pygame included: CartPole steps without it) or tqdm."""
     result = run_without(
-        ["torchrl", "ray", "websockets", "pettingzoo", "pygame", "aiohttp"],
+        ["torchrl", "ray", "websockets", "pettingzoo", "pygame", "aiohttp", "tqdm"],
         POOL.format(executor="process")
         + """
 import gymnasium as gym

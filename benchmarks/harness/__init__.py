@@ -55,7 +55,7 @@ def _default_out(quick: bool) -> Path:
 DESCRIPTION = (
     "Run the benchmarks (latency, throughput, sync overhead, text envs, remote where Ray is installed), "
     "each in a fresh interpreter, against whichever peers are installed (gymnasium, TorchRL, "
-    "EnvPool: `pip install -e '.[bench]'`), and write report.md, results.json, each benchmark's "
+    "EnvPool: `make bench`, or `pip install -e . --group bench`), and write report.md, results.json, each benchmark's "
     "output and PNG plots into one folder. About 8 minutes on 2 cores; --quick, about 2. "
     "The suite lives in a checkout of the aenvs repository (benchmarks/), not in the package: "
     "run this from a checkout."
@@ -68,7 +68,6 @@ def build_parser(prog: str = "python -m benchmarks") -> argparse.ArgumentParser:
         prog=prog,
         description=DESCRIPTION,
         epilog=f"example: {prog} --quick --only latency,sync_overhead --out /tmp/bench",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
         "--out",

@@ -348,22 +348,30 @@ def run_suite(
         >>> [r.benchmark.name for r in runs if r.skipped]
         ['remote']
     """
-    from tqdm import tqdm
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     runs: list[BenchmarkRun] = []
-    with tqdm(
-        total=len(benchmarks), unit="benchmark", disable=not progress, dynamic_ncols=True, file=sys.stderr
-    ) as bar:
+    bar = Progress(
+        TextColumn("{task.description:14s}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[line]}"),
+        console=Console(stderr=True),
+        disable=not progress,
+    )
+    with bar:
+        task = bar.add_task("", total=len(benchmarks), line="")
         for benchmark in benchmarks:
-            bar.set_description(benchmark.name)
+            bar.update(task, description=benchmark.name)
             reason = _missing(benchmark)
             if reason is not None:
                 runs.append(BenchmarkRun(benchmark, skipped=reason))
             else:
-                runs.append(_run_one(benchmark, quick, out, lambda line: bar.set_postfix_str(line[:70])))
-            bar.update(1)
-        bar.set_description("done")
-        bar.set_postfix_str("")
+                runs.append(_run_one(benchmark, quick, out, lambda line: bar.update(task, line=line[:70])))
+            bar.advance(task)
+        bar.update(task, description="done", line="")
     return runs

@@ -28,6 +28,7 @@ from aenvs._errors import (
     EnvTimeoutError as EnvTimeoutError,
     PoolClosedError as PoolClosedError,
 )
+from aenvs._rate_limit import RateLimit as RateLimit
 from aenvs._specs import EnvSpec as EnvSpec
 
 if TYPE_CHECKING:
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
     )
     from aenvs._layout import step_mdp as step_mdp
     from aenvs._pool import AsyncEnvPool as AsyncEnvPool, PoolStats as PoolStats
-    from aenvs._pool.limits import RateLimit as RateLimit
     from aenvs._serving import (
         AsyncPolicyClient as AsyncPolicyClient,
         EnvServer as EnvServer,
@@ -88,7 +88,6 @@ __all__ = [
 _LAZY = {
     "AsyncEnvPool": "aenvs._pool",
     "PoolStats": "aenvs._pool",
-    "RateLimit": "aenvs._pool.limits",
     "step_mdp": "aenvs._layout",
     "SerialEnv": "aenvs._sync",
     "ParallelEnv": "aenvs._sync",

@@ -20,18 +20,20 @@ from typing import IO, Literal, Protocol
 from rich import box
 from rich.console import Console, Group
 from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from aenvs._pool.stats import LatencyPercentiles, PoolStats
 
-__all__ = ["LiveFigures", "LiveView", "ViewMode", "format_seconds", "view_mode"]
+__all__ = ["LiveFigures", "LiveView", "ProgressBar", "ViewMode", "format_seconds", "view_mode"]
 
 ViewMode = Literal["table", "lines", "off"]
 
 TABLE_INTERVAL = 0.25  # seconds between refreshes of the table, at least
 LINE_INTERVAL = 2.0  # seconds between plain lines (a log, a CI job), at least
 STATS_SHARE = 0.05  # at most this share of the time goes to reading stats()
+BAR_INTERVAL = 0.1  # seconds between redraws of the progress bar, at least
 
 
 class _StatsSource(Protocol):
@@ -320,3 +322,59 @@ class LiveView:
         while True:
             await asyncio.sleep(max(0.0, self._due - self._clock()) if self._due != math.inf else self._wait)
             self.refresh_if_due()
+
+
+class ProgressBar:
+    """The steps done out of ``total``, as a bar on stderr: what ``aenvs run`` shows when the
+    live view is off. Redrawn in place on a terminal, at most every ``interval`` seconds, by
+    the loop's own :meth:`update` (no thread of its own); elsewhere (a pipe, a log) drawn
+    once, when the ``with`` block ends. ``enabled=False`` shows nothing.
+
+    Example:
+        >>> import io
+        >>> out = io.StringIO()
+        >>> with ProgressBar(100, file=out) as bar:
+        ...     bar.update(60)
+        ...     bar.update(100)
+        >>> "100/100 steps" in out.getvalue()
+        True
+    """
+
+    def __init__(
+        self,
+        total: int,
+        *,
+        enabled: bool = True,
+        file: IO[str] | None = None,
+        interval: float = BAR_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._clock = clock
+        self._interval = interval
+        self._due = 0.0
+        console = Console(file=file) if file is not None else Console(stderr=True)
+        self._progress = Progress(
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("steps"),
+            TimeElapsedColumn(),
+            console=console,
+            auto_refresh=False,
+            disable=not enabled,
+        )
+        self._task = self._progress.add_task("steps", total=total)
+
+    def __enter__(self) -> ProgressBar:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._progress.stop()  # the last figures stay on screen (and are all a pipe gets)
+
+    def update(self, completed: int) -> None:
+        """The steps done so far (once per batch); redraw if one is due."""
+        now = self._clock()
+        due = now >= self._due
+        if due:
+            self._due = now + self._interval
+        self._progress.update(self._task, completed=completed, refresh=due)

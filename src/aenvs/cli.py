@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import math
 import sys
@@ -31,20 +32,22 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 import aenvs
+from aenvs._optional import MissingExtraError
 from aenvs._random_actions import RandomActions
+from aenvs._rate_limit import RateLimit
 
 if TYPE_CHECKING:
     from aenvs._live import LiveView
     from aenvs._pool import AsyncEnvPool
-    from aenvs._pool.limits import RateLimit
 
 __all__ = ["RandomActions", "RunSummary", "build_parser", "main"]
 
 T = TypeVar("T")
 
-EXECUTORS = ("inline", "thread", "process")
+EXECUTORS = ("inline", "thread", "process", "ray")
 STACK_MODES = ("auto", "dense", "lazy")
 LOOPS = ("auto", "uvloop", "asyncio")
+REPOSITORY = "https://github.com/aenvs/aenvs"  # where `aenvs bench` sends users for the suite
 
 
 # -- event loop ------------------------------------------------------------------------
@@ -106,8 +109,8 @@ async def run_random(
 ) -> RunSummary:
     """Step ``pool`` (started) ``steps`` times in all with random actions, resetting finished envs.
 
-    ``progress`` shows a tqdm bar on stderr; ``view`` (entered) is handed the counts of each
-    batch and refreshed while the loop waits.
+    ``progress`` shows a progress bar on stderr (:class:`~aenvs._live.ProgressBar`); ``view``
+    (entered) is handed the counts of each batch and refreshed while the loop waits.
     """
     ticker = asyncio.get_running_loop().create_task(view.ticker()) if view is not None else None
     try:
@@ -121,7 +124,7 @@ async def run_random(
 async def _step_randomly(
     pool: AsyncEnvPool, steps: int, *, seed: int | None, progress: bool, view: LiveView | None
 ) -> RunSummary:
-    from tqdm import tqdm
+    from aenvs._live import ProgressBar
 
     sampler = RandomActions(pool.env_specs, dense=pool.is_dense, seed=seed)
     returns = np.zeros(pool.num_envs)  # of the episode running in each env
@@ -130,7 +133,7 @@ async def _step_randomly(
     td = await pool.reset()
     done_steps = 0
     started = time.perf_counter()
-    with tqdm(total=steps, unit="step", unit_scale=True, disable=not progress, dynamic_ncols=True) as bar:
+    with ProgressBar(steps, enabled=progress) as bar:
         while done_steps < steps:
             if steps - done_steps < td.batch_size[0]:  # the last round steps only what is left
                 td = td[: steps - done_steps]
@@ -146,7 +149,7 @@ async def _step_randomly(
                 returns[finished] = 0.0
                 lengths[finished] = 0
             done_steps += len(index)
-            bar.update(len(index))
+            bar.update(done_steps)
             if view is not None:
                 view.update(done_steps, episodes)
     seconds = time.perf_counter() - started
@@ -213,24 +216,26 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+# The option types raise ArgumentTypeError for any bad value, whose message argparse shows
+# (for a ValueError it would name the function).
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+    with contextlib.suppress(ValueError):
+        if (value := int(text)) >= 1:
+            return value
+    raise argparse.ArgumentTypeError(f"invalid positive integer: {text!r}")
 
 
 def _positive_seconds(text: str) -> float:
-    value = float(text)
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
-    return value
+    with contextlib.suppress(ValueError):
+        if math.isfinite(value := float(text)) and value > 0:
+            return value
+    raise argparse.ArgumentTypeError(f"invalid number of seconds (> 0): {text!r}")
 
 
 def _rate_limit(text: str) -> RateLimit:
     """``PER_SECOND[:BURST]`` as a RateLimit (BURST defaults to 1)."""
-    from aenvs._pool.limits import RateLimit
-
     per_second, _, burst = text.partition(":")
     try:
         return RateLimit(float(per_second), int(burst) if burst else 1)
@@ -271,7 +276,10 @@ def _add_run_parser(subparsers: Any) -> None:
         "--executor",
         choices=EXECUTORS,
         default="thread",
-        help="where the envs run: on the event loop, on worker threads or in worker processes",
+        help=(
+            "where the envs run: on the event loop, on worker threads, in worker processes or in Ray "
+            "actors (ray: pip install 'aenvs[ray]')"
+        ),
     )
     parser.add_argument(
         "--envs-per-worker",
@@ -369,9 +377,9 @@ def _cmd_bench(argv: Sequence[str]) -> int:
     root = _checkout()
     if root is None:
         print(
-            "aenvs bench: the benchmark suite is not part of the aenvs package; run it from a "
-            "checkout of the aenvs repository (`make bench` there, or `aenvs bench` with the "
-            "checkout installed: pip install -e '.[bench]')",
+            "aenvs bench: the benchmark suite is not in the aenvs package: it runs from a checkout "
+            "of the repository, which installs its peers (gymnasium, TorchRL, EnvPool, Ray) in a venv "
+            f"of its own:\n\n    git clone {REPOSITORY} && cd aenvs && make bench\n",
             file=sys.stderr,
         )
         return 2
@@ -422,6 +430,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except aenvs.EnvError as exc:  # an env failed (to build, reset or step): its own error, briefly
         print(f"aenvs {args.command}: error: {exc.message}", file=sys.stderr)
+        return 1
+    except MissingExtraError as exc:  # an option needs an extra (-e ray without Ray)
+        print(f"aenvs {args.command}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

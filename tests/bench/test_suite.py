@@ -170,7 +170,11 @@ def test_cli_lists_the_suite_and_refuses_unknown_names(capsys) -> None:
 def test_outside_a_checkout_aenvs_bench_says_where_the_suite_is(monkeypatch, capsys) -> None:
     monkeypatch.setattr(cli, "_checkout", lambda: None)  # an aenvs installed from its wheel
     assert main(["bench", "--list"]) == 2
-    assert "run it from a checkout" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "not in the aenvs package" in err
+    assert (
+        "\n    git clone https://github.com/aenvs/aenvs && cd aenvs && make bench\n" in err
+    )  # a command to paste
 
 
 @pytest.mark.parametrize("name", ["latency", "throughput", "sync_overhead", "text_envs", "remote"])

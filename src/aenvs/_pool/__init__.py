@@ -17,7 +17,7 @@
 
 from aenvs._pool.core import AsyncEnvPool, EnvIndex, StackMode
 from aenvs._pool.deadlines import OnTimeout
-from aenvs._pool.limits import RateLimit
 from aenvs._pool.stats import PoolStats
+from aenvs._rate_limit import RateLimit
 
 __all__ = ["AsyncEnvPool", "EnvIndex", "OnTimeout", "PoolStats", "RateLimit", "StackMode"]

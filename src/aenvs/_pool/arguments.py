@@ -9,7 +9,7 @@ from typing import Any, Literal, cast
 from aenvs._env import EnvFn
 from aenvs._errors import EnvError
 from aenvs._pool.deadlines import OnTimeout, check_on_timeout
-from aenvs._pool.limits import RateLimit
+from aenvs._rate_limit import RateLimit
 from aenvs._specs import EnvSpec
 from aenvs.executors import Executor, make_executor
 

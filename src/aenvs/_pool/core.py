@@ -23,13 +23,13 @@ from aenvs._errors import PoolClosedError
 from aenvs._pool import arguments
 from aenvs._pool.arguments import StackMode
 from aenvs._pool.deadlines import OnTimeout
-from aenvs._pool.limits import RateLimit
 from aenvs._pool.loops import LoopCalls
 from aenvs._pool.masked import WholeBatchCalls
 from aenvs._pool.parts import PoolParts, other_loop_error
 from aenvs._pool.rollout import rand_action as _rand_action, rollout as _rollout
 from aenvs._pool.sending import EnvIndex, Seed, check_options
 from aenvs._pool.stats import PoolStats
+from aenvs._rate_limit import RateLimit
 from aenvs._seeding import seed_chain
 from aenvs._specs import EnvSpec
 from aenvs.executors import Executor

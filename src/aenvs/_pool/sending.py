@@ -17,9 +17,10 @@ from aenvs._extras import put
 from aenvs._indices import read_env_index
 from aenvs._pool.deadlines import Deadlines
 from aenvs._pool.failures import Failures
-from aenvs._pool.limits import Limits, RateLimit
+from aenvs._pool.limits import Limits
 from aenvs._pool.restarts import RestartSupervisor
 from aenvs._pool.slots import SlotTable
+from aenvs._rate_limit import RateLimit
 from aenvs._seeding import seed_chain
 from aenvs._specs import EnvSpec, Key
 from aenvs._tensors import root_entries, shallow_copy, td_get, td_unchecked
