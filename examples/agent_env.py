@@ -3,9 +3,9 @@
 An LLM-agent env in miniature: each episode is a question from a dataset (with its known
 answer, given to the env through the reset options); the agent observes the transcript as
 text and acts with text, ``CALL <tool> <input>`` or ``ANSWER <answer>``. The tools are a
-real HTTP service this script starts on 127.0.0.1 (a calculator and a key-value search),
-each request answered after a long-tailed random latency, as web tools and remote
-sandboxes answer. A right answer pays 1; an episode ends at its answer or after
+real HTTP service this script starts on 127.0.0.1 (a calculator and a key-value search,
+served and called with aiohttp), each request answered after a long-tailed random latency,
+as web tools and remote sandboxes answer. A right answer pays 1; an episode ends at its answer or after
 ``--max-turns`` turns.
 
 The env is a gymnasium env whose ``step`` is ``async def`` (it awaits its HTTP request),
@@ -23,7 +23,7 @@ Two pool options that such envs need:
 * ``max_concurrency``: the tool service's quota of requests at once (and ``--rate``, a
   shared ``aenvs.RateLimit`` of requests per second).
 
-Run:
+Run (needs aiohttp: ``pip install aiohttp``, or the repository's ``examples`` dependency group):
     python examples/agent_env.py --envs 64 --episodes 1000
     python examples/agent_env.py --quick        # a few seconds
 """
@@ -41,9 +41,10 @@ import string
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qs, quote, urlsplit
 
+import aiohttp
 import gymnasium as gym
+from aiohttp import web
 from gymnasium import spaces
 from tensordict import TensorDictBase
 
@@ -98,103 +99,44 @@ def search(key: str) -> str:
 
 
 class ToolService:
-    """A minimal HTTP/1.1 server (keep-alive, GET only) on 127.0.0.1: ``/calc?q=`` and
-    ``/search?q=``, each answered after a lognormal latency (``median`` seconds, ``sigma``)."""
+    """The tools as an HTTP service on 127.0.0.1 (aiohttp's server): ``GET /calc?q=...`` and
+    ``GET /search?q=...``, each answered after a lognormal latency (``median`` seconds, ``sigma``).
+    A request for a key the upstream hangs on is answered only when the service closes; the
+    client that gives up on it closes its connection, which cancels the request's handler."""
 
     def __init__(self, *, median: float = 0.05, sigma: float = 0.8, seed: int = 0) -> None:
         self.median, self.sigma = median, sigma
         self.rng = random.Random(seed)
         self.requests = 0
         self.port = 0
-        self._server: asyncio.Server | None = None
-        self._handlers: set[asyncio.Task[None]] = set()
-        self._writers: set[asyncio.StreamWriter] = set()
+        app = web.Application()
+        app.add_routes([web.get("/calc", self._calc), web.get("/search", self._search)])
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        self._closing = asyncio.Event()
 
     async def __aenter__(self) -> ToolService:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.port = self._runner.addresses[0][1]
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for writer in self._writers:  # connections still open: their handlers read the end and return
-            writer.close()
-        if self._handlers:
-            await asyncio.wait(self._handlers)
-        await self._server.wait_closed()
+        self._closing.set()  # requests still hanging give up
+        await self._runner.cleanup()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
-        self._writers.add(writer)
-        try:
-            while request := await reader.readline():  # one connection, many requests
-                while await reader.readline() not in (b"\r\n", b""):
-                    pass  # headers: none needed
-                status, body = await self._answer(request.decode("latin-1").split(" ")[1], reader)
-                if status == 0:
-                    break  # the client gave up on a hung request
-                data = body.encode()
-                writer.write(
-                    f"HTTP/1.1 {status} {'OK' if status == 200 else 'Not Found'}\r\n"
-                    f"Content-Type: text/plain\r\nContent-Length: {len(data)}\r\n\r\n".encode()
-                    + data
-                )
-                await writer.drain()
-        except (ConnectionError, IndexError):
-            pass  # a client that left, or a malformed request line
-        finally:
-            writer.close()
-            self._writers.discard(writer)
-            self._handlers.discard(task)
+    async def _calc(self, request: web.Request) -> web.Response:
+        return await self._answer(calculate, request.query.get("q", ""))
 
-    async def _answer(self, target: str, reader: asyncio.StreamReader) -> tuple[int, str]:
-        url = urlsplit(target)
-        query = parse_qs(url.query).get("q", [""])[0]
+    async def _search(self, request: web.Request) -> web.Response:
+        return await self._answer(search, request.query.get("q", ""))
+
+    async def _answer(self, tool: Callable[[str], str], query: str) -> web.Response:
         self.requests += 1
-        if url.path == "/search" and query in HUNG:
-            await reader.read()  # until the client closes the connection
-            return 0, ""
+        if tool is search and query in HUNG:
+            await self._closing.wait()
+            raise web.HTTPGatewayTimeout(text="the upstream never answered")
         await asyncio.sleep(self.rng.lognormvariate(math.log(self.median), self.sigma))
-        if url.path == "/calc":
-            return 200, calculate(query)
-        if url.path == "/search":
-            return 200, search(query)
-        return 404, "no such tool"
-
-
-class ToolClient:
-    """One keep-alive HTTP connection to the tool service, opened on first use."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self._connection: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-
-    async def get(self, tool: str, query: str) -> tuple[int, str]:
-        """``GET /<tool>?q=<query>``: the status and the body."""
-        if self._connection is None:
-            self._connection = await asyncio.open_connection("127.0.0.1", self.port)
-        reader, writer = self._connection
-        try:
-            writer.write(f"GET /{tool}?q={quote(query)} HTTP/1.1\r\nHost: tools\r\n\r\n".encode())
-            await writer.drain()
-            status = int((await reader.readline()).split()[1])
-            length = 0
-            while (line := await reader.readline()) not in (b"\r\n", b""):
-                name, _, value = line.decode("latin-1").partition(":")
-                if name.lower() == "content-length":
-                    length = int(value)
-            return status, (await reader.readexactly(length)).decode()
-        except BaseException:  # a deadline cancelled us mid-request, or the server went away
-            self.close()  # the connection's state is unknown: the next request opens a fresh one
-            raise
-
-    def close(self) -> None:
-        if self._connection is not None:
-            self._connection[1].close()
-            self._connection = None
+        return web.Response(text=tool(query))
 
 
 # -- the env -----------------------------------------------------------------------------
@@ -210,8 +152,8 @@ class AgentEnv(gym.Env[str, str]):
     observation_space = spaces.Text(4096, min_length=0, charset=TEXT)
     action_space = spaces.Text(256, min_length=0, charset=TEXT)
 
-    def __init__(self, port: int, max_turns: int) -> None:
-        self.tools = ToolClient(port)
+    def __init__(self, tools: aiohttp.ClientSession, max_turns: int) -> None:
+        self.tools = tools  # shared by the envs: one pool of keep-alive connections
         self.max_turns = max_turns
         self.answer = ""
         self.transcript = ""
@@ -236,16 +178,15 @@ class AgentEnv(gym.Env[str, str]):
             reply = "correct" if reward else "wrong"
         elif verb == "CALL":
             tool, _, query = rest.partition(" ")
-            status, body = await self.tools.get(tool, query)
+            # a deadline that cancels this step cancels the request (aiohttp closes its connection)
+            async with self.tools.get(f"/{tool}", params={"q": query}) as response:
+                status, body = response.status, await response.text()
             reply = f"{tool}: {body}" if status == 200 else f"error: {body}"
         else:
             reply = "error: say CALL <tool> <input> or ANSWER <answer>"
         self.transcript += f"\n> {action}\n{reply}"
         truncated = not terminated and self.turns >= self.max_turns
         return self.transcript, reward, terminated, truncated, {}
-
-    def close(self) -> None:
-        self.tools.close()
 
 
 # -- the dataset and the policy -----------------------------------------------------------
@@ -322,10 +263,16 @@ async def main(args: argparse.Namespace) -> None:
     tasks = make_tasks(args.episodes, args.seed)
     policy = InferenceClient()
     outcomes = dict.fromkeys(["answered right", "answered wrong", "out of turns", "timed out"], 0)
-    async with ToolService(seed=args.seed) as service:
+    async with (
+        ToolService(seed=args.seed) as service,
+        # no cap on connections of its own: the pool's max_concurrency is the tools' quota
+        aiohttp.ClientSession(
+            f"http://127.0.0.1:{service.port}", connector=aiohttp.TCPConnector(limit=0)
+        ) as tools,
+    ):
 
         def make_env() -> AgentEnv:
-            return AgentEnv(service.port, args.max_turns)
+            return AgentEnv(tools, args.max_turns)
 
         async with aenvs.AsyncEnvPool(
             [make_env] * args.envs,

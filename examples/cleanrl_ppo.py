@@ -22,6 +22,7 @@ import argparse
 import dataclasses
 import random
 import time
+import typing
 from collections import deque
 
 import gymnasium as gym
@@ -78,16 +79,16 @@ def parse_args() -> Args:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    types = typing.get_type_hints(Args)  # the fields' types (annotations are strings here)
+    choices = {"vector_env": ["aenvs", "gymnasium"], "executor": ["inline", "thread", "process"]}
     for field in dataclasses.fields(Args):
         flag = "--" + field.name.replace("_", "-")
-        if field.type == "bool":
+        kind = types[field.name]
+        if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default)
         else:
-            parser.add_argument(flag, type=eval(str(field.type)), default=field.default)
-    args = Args(**vars(parser.parse_args()))
-    if args.vector_env not in ("aenvs", "gymnasium"):
-        parser.error("--vector-env must be 'aenvs' or 'gymnasium'")
-    return args
+            parser.add_argument(flag, type=kind, default=field.default, choices=choices.get(field.name))
+    return Args(**vars(parser.parse_args()))
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
